@@ -1,0 +1,1 @@
+"""Static Agents: a deterministic stand-in for the language model behind an AI agent."""

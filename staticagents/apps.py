@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class StaticAgentsConfig(AppConfig):
+    name = "staticagents"
+    verbose_name = "Static Agents"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from staticagents import signals  # noqa: F401  (connects the version bump)

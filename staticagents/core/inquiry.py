@@ -1,0 +1,57 @@
+"""The dialect-independent question a reply route hands to the matcher."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket")
+GLOBAL_SESSION = "global"
+
+
+@dataclass(frozen=True, slots=True)
+class Inquiry:
+    """What an agent asked, whatever wire format it arrived in."""
+
+    query: str
+    agent_type: str = "router"
+    context: Mapping[str, Any] | None = None
+    model: str = ""
+    system: str = ""
+    dialect: str = "galaxy"
+    turn: int = 1
+    tool_result: str | None = None  # text of the last message when it is a tool result
+    session: str = GLOBAL_SESSION
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key",
+     "cookie", "set-cookie", "x-static-control-token"}
+)
+MASK = "***"
+
+
+def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers with credential values masked, keeping the scheme of an Authorization."""
+    masked = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower not in CREDENTIAL_HEADERS:
+            masked[lower] = value
+        elif lower in ("authorization", "proxy-authorization") and " " in value:
+            masked[lower] = f"{value.split(' ', 1)[0]} {MASK}"
+        else:
+            masked[lower] = MASK
+    return masked
+
+
+def session_key(headers: Mapping[str, str], conversation_id: str | None = None) -> str:
+    """The X-Static-Session header, else the dialect's conversation id, else the global session."""
+    explicit = headers.get("x-static-session", "").strip()
+    if explicit:
+        return explicit[:200]
+    if conversation_id:
+        return str(conversation_id)[:200]
+    return GLOBAL_SESSION

@@ -1,0 +1,258 @@
+"""Compile rule documents into an immutable snapshot and match inquiries against it.
+
+Galaxy's semantics, exactly: the first enabled rule whose every predicate holds
+wins; a rule without ``agent_type`` serves every type; ``query`` is an unanchored
+``re.search``; ``context`` fails closed on a missing or empty context.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from staticagents.core.inquiry import Inquiry
+
+# Regexes run on at most this many characters of any text, so no inquiry can make
+# a rule's pattern take unbounded time (issue: hostile input).
+DEFAULT_MATCH_WINDOW = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """One condition of a rule: ``holds`` decides, ``explain`` says why it failed."""
+
+    key: str
+    holds: Callable[[Inquiry], bool]
+    explain: Callable[[Inquiry], str]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    name: str
+    position: int
+    agent_type: str | None
+    predicates: tuple[Predicate, ...]
+    responses: tuple[Mapping[str, Any], ...]
+    sequence: bool
+    on_exhausted: str
+    literals: tuple[str, ...] = ()
+
+    @property
+    def stateful(self) -> bool:
+        """Whether answering needs per-session counters from the database."""
+        return len(self.responses) > 1 or any(r.get("fail_first") for r in self.responses)
+
+    def matches(self, inquiry: Inquiry) -> bool:
+        return all(p.holds(inquiry) for p in self.predicates)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleVerdict:
+    """Why one rule did or did not answer an inquiry (for ``explain``)."""
+
+    rule: str
+    matched: bool
+    predicate: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Ruleset:
+    """An immutable, compiled snapshot of the rules, defaults and fallback."""
+
+    stamp: str
+    rules: tuple[CompiledRule, ...]
+    defaults: Mapping[str, Any]
+    fallback: Mapping[str, Any] | None
+    by_agent_type: Mapping[str, tuple[CompiledRule, ...]] = field(default_factory=dict)
+    untyped: tuple[CompiledRule, ...] = ()
+
+    def candidates(self, agent_type: str) -> tuple[CompiledRule, ...]:
+        """The rules that can serve ``agent_type``, in order; other types' rules never run."""
+        return self.by_agent_type.get(agent_type, self.untyped)
+
+    @property
+    def agent_types(self) -> list[str]:
+        return sorted(self.by_agent_type)
+
+
+def compile_ruleset(
+    *,
+    stamp: str,
+    rules: Sequence[Mapping[str, Any]],
+    defaults: Mapping[str, Any] | None = None,
+    fallback: Mapping[str, Any] | None = None,
+    window: int = DEFAULT_MATCH_WINDOW,
+) -> Ruleset:
+    compiled = tuple(
+        compile_rule(rule, position=i, window=window)
+        for i, rule in enumerate(rules)
+        if rule.get("enabled", True)
+    )
+    untyped = tuple(rule for rule in compiled if rule.agent_type is None)
+    types = {rule.agent_type for rule in compiled if rule.agent_type is not None}
+    by_type = {
+        agent_type: tuple(r for r in compiled if r.agent_type in (None, agent_type))
+        for agent_type in types
+    }
+    return Ruleset(
+        stamp=stamp,
+        rules=compiled,
+        defaults=dict(defaults or {}),
+        fallback=dict(fallback) if fallback is not None else None,
+        by_agent_type=by_type,
+        untyped=untyped,
+    )
+
+
+def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> CompiledRule:
+    match: Mapping[str, Any] = rule.get("match") or {}
+    sequence = "responses" in rule
+    responses = tuple(rule["responses"]) if sequence else (rule.get("response") or {},)
+    return CompiledRule(
+        name=str(rule.get("name") or f"rule-{position + 1}"),
+        position=position,
+        agent_type=match.get("agent_type"),
+        predicates=tuple(_predicates(match, window)),
+        responses=responses,
+        sequence=sequence,
+        on_exhausted=str(rule.get("on_exhausted", "repeat_last")),
+        literals=_literals(match),
+    )
+
+
+def match_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> CompiledRule | None:
+    """The first enabled rule whose every predicate holds, or None (the fallback answers)."""
+    for rule in ruleset.candidates(inquiry.agent_type):
+        if rule.matches(inquiry):
+            return rule
+    return None
+
+
+def explain_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> list[RuleVerdict]:
+    """For every rule up to the one that answers, which predicate failed and why."""
+    verdicts: list[RuleVerdict] = []
+    for rule in ruleset.rules:
+        if rule.agent_type is not None and rule.agent_type != inquiry.agent_type:
+            verdicts.append(
+                RuleVerdict(
+                    rule.name,
+                    False,
+                    "agent_type",
+                    f"agent type {inquiry.agent_type!r} is not {rule.agent_type!r}",
+                )
+            )
+            continue
+        failed = next((p for p in rule.predicates if not p.holds(inquiry)), None)
+        if failed is None:
+            verdicts.append(RuleVerdict(rule.name, True))
+            break
+        verdicts.append(RuleVerdict(rule.name, False, failed.key, failed.explain(inquiry)))
+    return verdicts
+
+
+# -- predicates ---------------------------------------------------------------
+
+
+def _predicates(match: Mapping[str, Any], window: int) -> Iterable[Predicate]:
+    # agent_type is handled by the per-type index, so it needs no predicate here.
+    if "query" in match:
+        yield _regex_predicate("query", match["query"], lambda i: i.query, window)
+    if "contains" in match:
+        yield _contains_predicate(match["contains"])
+    if "context" in match:
+        yield _context_predicate(match["context"], window)
+    if "model" in match:
+        yield _regex_predicate("model", match["model"], lambda i: i.model, window)
+    if "system" in match:
+        yield _regex_predicate("system", match["system"], lambda i: i.system, window)
+    if "dialect" in match:
+        yield _equals_predicate("dialect", match["dialect"], lambda i: i.dialect)
+    if "turn" in match:
+        yield _equals_predicate("turn", match["turn"], lambda i: i.turn)
+    if "tool_result" in match:
+        yield _tool_result_predicate(match["tool_result"], window)
+
+
+def _regex_predicate(
+    key: str, pattern: str, field_of: Callable[[Inquiry], str], window: int
+) -> Predicate:
+    search = re.compile(pattern).search
+    return Predicate(
+        key,
+        lambda i: search(field_of(i)[:window]) is not None,
+        lambda i: f"{key} {_clip(field_of(i))!r} does not match /{pattern}/",
+    )
+
+
+def _contains_predicate(value: str | Sequence[str]) -> Predicate:
+    needles = (value,) if isinstance(value, str) else tuple(value)
+
+    def missing(inquiry: Inquiry) -> list[str]:
+        return [n for n in needles if n not in inquiry.query]
+
+    return Predicate(
+        "contains",
+        lambda i: all(n in i.query for n in needles),
+        lambda i: f"query does not contain {', '.join(map(repr, missing(i)))}",
+    )
+
+
+def _context_predicate(fields: Mapping[str, str], window: int) -> Predicate:
+    searches = {name: re.compile(pattern).search for name, pattern in fields.items()}
+
+    def failure(inquiry: Inquiry) -> str | None:
+        context = inquiry.context
+        if not context:
+            return "the inquiry has no context"
+        for name, search in searches.items():
+            if name not in context:
+                return f"context has no field {name!r}"
+            if search(str(context[name])[:window]) is None:
+                return f"context.{name} {_clip(str(context[name]))!r} does not match /{fields[name]}/"
+        return None
+
+    return Predicate("context", lambda i: failure(i) is None, lambda i: failure(i) or "")
+
+
+def _equals_predicate(key: str, expected: object, field_of: Callable[[Inquiry], object]) -> Predicate:
+    return Predicate(
+        key,
+        lambda i: field_of(i) == expected,
+        lambda i: f"{key} is {field_of(i)!r}, not {expected!r}",
+    )
+
+
+def _tool_result_predicate(expected: bool | str, window: int) -> Predicate:
+    if isinstance(expected, bool):
+        return Predicate(
+            "tool_result",
+            lambda i: (i.tool_result is not None) is expected,
+            lambda i: "the last message is not a tool result"
+            if expected
+            else "the last message is a tool result",
+        )
+    search = re.compile(expected).search
+
+    def holds(inquiry: Inquiry) -> bool:
+        return inquiry.tool_result is not None and search(inquiry.tool_result[:window]) is not None
+
+    def explain(inquiry: Inquiry) -> str:
+        if inquiry.tool_result is None:
+            return "the last message is not a tool result"
+        return f"tool result {_clip(inquiry.tool_result)!r} does not match /{expected}/"
+
+    return Predicate("tool_result", holds, explain)
+
+
+def _literals(match: Mapping[str, Any]) -> tuple[str, ...]:
+    contains = match.get("contains")
+    if contains is None:
+        return ()
+    return (contains,) if isinstance(contains, str) else tuple(contains)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,213 @@
+"""Turn a matched rule (or the fallback) into a dialect-independent Reply."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from string import Template
+from typing import Any
+
+from staticagents.core.inquiry import Inquiry
+from staticagents.core.matching import CompiledRule, Ruleset
+
+DEFAULT_CONFIDENCE = "medium"
+FAIL_FIRST_ERROR = {"status": 503, "type": "overloaded", "message": "Scripted transient failure"}
+EXHAUSTED_ERROR = {
+    "status": 500,
+    "type": "script_exhausted",
+    "message": "Script exhausted: rule {rule!r} has no reply left for this session",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyError:
+    status: int
+    type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    first_delay_ms: int = 0
+    word_delay_ms: int = 0
+    chunk: str | int = "word"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What to answer, before any wire format is chosen."""
+
+    content: str
+    confidence: str
+    agent_type: str
+    suggestions: Sequence[Mapping[str, Any]] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    reasoning: str | None = None
+    thinking: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str = "stop"
+    error: ReplyError | None = None
+    retry_after: float | None = None
+    timing: Timing = Timing()
+    usage: Usage = Usage(0, 0)
+    rule: str | None = None  # None: the fallback answered
+    outcome: str = "answered"  # answered | error | failed_first
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Which of a rule's responses answers, decided from the session's counters."""
+
+    index: int = 0  # position in the rule's responses (past the end: exhausted)
+    failing: bool = False  # a fail_first attempt that must fail
+
+
+def select_response(rule: CompiledRule, step: Step) -> Mapping[str, Any] | None:
+    """The response at ``step``; None when the script is exhausted and must fail."""
+    if step.index < len(rule.responses):
+        return rule.responses[step.index]
+    if rule.on_exhausted == "error":
+        return None
+    return rule.responses[-1]
+
+
+def build_reply(
+    ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step = Step()
+) -> Reply:
+    if rule is None:
+        return render_response(ruleset, inquiry, ruleset.fallback or {}, rule_name=None)
+    response = select_response(rule, step)
+    if response is None:
+        message = EXHAUSTED_ERROR["message"].format(rule=rule.name)  # type: ignore[attr-defined]
+        exhausted = {"error": {**EXHAUSTED_ERROR, "message": message}}
+        return render_response(ruleset, inquiry, exhausted, rule_name=rule.name)
+    if step.failing:
+        failure = {"error": response.get("error") or FAIL_FIRST_ERROR}
+        if "retry_after" in response:
+            failure["retry_after"] = response["retry_after"]
+        reply = render_response(ruleset, inquiry, failure, rule_name=rule.name)
+        return _with_outcome(reply, "failed_first")
+    if response.get("fail_first"):
+        # The failures are over: this attempt answers normally.
+        response = {k: v for k, v in response.items() if k not in ("error", "retry_after")}
+    return render_response(
+        ruleset, inquiry, response, rule_name=rule.name, call_salt=f"{rule.name}.{step.index}"
+    )
+
+
+def render_response(
+    ruleset: Ruleset,
+    inquiry: Inquiry,
+    response: Mapping[str, Any],
+    *,
+    rule_name: str | None,
+    call_salt: str = "",
+) -> Reply:
+    """Galaxy's rendering rules plus the scripting fields (DESIGN 2.2)."""
+    fallback = ruleset.fallback or {}
+    defaults = ruleset.defaults
+    error = _error(response.get("error"))
+    tool_calls = _tool_calls(response.get("tool_calls") or (), call_salt or rule_name or "fallback")
+    silent = error is not None or bool(tool_calls)
+    content = response.get("content", "" if silent else fallback.get("content", ""))
+    if response.get("template"):
+        content = _substitute(content, inquiry)
+    finish_reason = response.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
+    return Reply(
+        content=content,
+        confidence=response.get("confidence", defaults.get("confidence", DEFAULT_CONFIDENCE)),
+        agent_type=response.get("agent_type", inquiry.agent_type),
+        suggestions=tuple(response.get("suggestions") or ()),
+        metadata={**(response.get("metadata") or {}), "static_backend": True},
+        reasoning=response.get("reasoning"),
+        thinking=response.get("thinking"),
+        tool_calls=tool_calls,
+        finish_reason=finish_reason,
+        error=error,
+        retry_after=response.get("retry_after"),
+        timing=_timing(response.get("stream"), defaults.get("stream")),
+        usage=_usage(response.get("usage"), inquiry, content),
+        rule=rule_name,
+        outcome="error" if error else "answered",
+    )
+
+
+def count_tokens(text: str) -> int:
+    """A deterministic token estimate: whitespace-separated words."""
+    return len(text.split())
+
+
+def _with_outcome(reply: Reply, outcome: str) -> Reply:
+    return replace(reply, outcome=outcome)
+
+
+def _substitute(content: str, inquiry: Inquiry) -> str:
+    return Template(content).safe_substitute(
+        query=inquiry.query,
+        agent_type=inquiry.agent_type,
+        model=inquiry.model,
+        turn=str(inquiry.turn),
+        session=inquiry.session,
+    )
+
+
+def _error(spec: Mapping[str, Any] | None) -> ReplyError | None:
+    if not spec:
+        return None
+    return ReplyError(
+        status=int(spec.get("status", 500)),
+        type=str(spec.get("type", "api_error")),
+        message=str(spec.get("message", "Scripted error")),
+    )
+
+
+def _tool_calls(specs: Sequence[Mapping[str, Any]], salt: str) -> tuple[ToolCall, ...]:
+    return tuple(
+        ToolCall(
+            id=spec.get("id") or _call_id(salt, index, spec["name"]),
+            name=spec["name"],
+            arguments=spec.get("arguments") or {},
+        )
+        for index, spec in enumerate(specs)
+    )
+
+
+def _call_id(salt: str, index: int, name: str) -> str:
+    """A stable id, so a scripted run is identical every time it is replayed."""
+    digest = hashlib.sha1(f"{salt}:{index}:{name}".encode()).hexdigest()[:24]
+    return f"call_{digest}"
+
+
+def _timing(
+    spec: Mapping[str, Any] | None, default: Mapping[str, Any] | None
+) -> Timing:
+    merged = {**(default or {}), **(spec or {})}
+    return Timing(
+        first_delay_ms=int(merged.get("first_delay_ms", 0)),
+        word_delay_ms=int(merged.get("word_delay_ms", 0)),
+        chunk=merged.get("chunk", "word"),
+    )
+
+
+def _usage(spec: Mapping[str, Any] | None, inquiry: Inquiry, content: str) -> Usage:
+    computed = Usage(count_tokens(inquiry.system) + count_tokens(inquiry.query), count_tokens(content))
+    if not spec:
+        return computed
+    return Usage(
+        int(spec.get("input_tokens", computed.input_tokens)),
+        int(spec.get("output_tokens", computed.output_tokens)),
+    )

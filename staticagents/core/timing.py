@@ -1,0 +1,36 @@
+"""Scripted stream timing: how a reply's text is cut into chunks, and when each is due."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from staticagents.core.replies import Timing
+
+_WORD = re.compile(r"\S+\s*|\s+")
+
+
+def chunk_text(text: str, chunk: str | int = "word") -> list[str]:
+    """Cut ``text`` into stream chunks that concatenate back to exactly ``text``.
+
+    ``word`` keeps each word with the whitespace after it; ``char`` sends one
+    character at a time; a number sends that many characters at a time.
+    """
+    if not text:
+        return []
+    if chunk == "word":
+        return _WORD.findall(text)
+    size = 1 if chunk == "char" else int(chunk)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def schedule(count: int, timing: Timing) -> Iterator[float]:
+    """Seconds after the stream starts at which each of ``count`` chunks is due.
+
+    Offsets are absolute, so a late chunk does not push every later one back:
+    drift never accumulates over a long stream.
+    """
+    first = timing.first_delay_ms / 1000
+    step = timing.word_delay_ms / 1000
+    for index in range(count):
+        yield first + index * step

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from staticagents.management.commands._fixture_io import read_fixture
+
+
+class Command(BaseCommand):
+    help = "Validate a fixture without touching the database."
+
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("path")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        document = read_fixture(options["path"])
+        self.stdout.write(f"{options['path']}: valid, {len(document['rules'])} rule(s)")

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from staticagents.management.commands._fixture_io import read_fixture
+from staticagents.models import Rule
+from staticagents.services import import_fixture
+
+
+class Command(BaseCommand):
+    help = "Migrate, load a fixture and serve HTTP and WebSocket with uvicorn."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--workers", type=int, default=1, help="worker processes")
+        parser.add_argument("--fixture", default=None,
+                            help="fixture to load (replacing the rules); default: "
+                                 "$STATIC_AGENTS_FIXTURE, else the bundled demo when no rules")
+        parser.add_argument("--log-level", default="warning")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
+        self.stdout.write(
+            f"Static Agents serving on http://{options['host']}:{options['port']}/ "
+            f"({options['workers']} worker(s))"
+        )
+        self.stdout.flush()
+        import uvicorn
+
+        uvicorn.run(
+            "project.asgi:application",
+            host=options["host"],
+            port=options["port"],
+            workers=options["workers"],
+            log_level=options["log_level"],
+            access_log=False,
+            lifespan="off",
+        )
+
+    def load_fixture(self, path: str | None) -> None:
+        if path is None:
+            if Rule.objects.exists():
+                return
+            path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
+        result = import_fixture(read_fixture(path))
+        self.stdout.write(f"{path}: {result.summary()}")

@@ -1,0 +1,300 @@
+"""Rules, defaults, the fallback and the ruleset version, as the database holds them.
+
+Columns mirror the fixture format (DESIGN section 2) one to one, so a rule can be
+edited field by field in the admin. Each model's ``clean()`` validates through
+the same schema as the YAML import (``staticagents.schema``): one gate per rule.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from staticagents import schema
+
+CONFIDENCE_CHOICES = [(c, c) for c in schema.CONFIDENCES]
+FINISH_CHOICES = [(f, f) for f in schema.FINISH_REASONS]
+DIALECT_CHOICES = [(d, d) for d in schema.DIALECTS]
+EXHAUSTED_CHOICES = [("repeat_last", "repeat the last reply"), ("error", "fail: script exhausted")]
+MATCH_KEYS = ("agent_type", "query", "contains", "context", "model", "system", "dialect", "turn",
+              "tool_result")
+RESPONSE_KEYS = tuple(schema.ResponseSpec.model_fields)
+
+
+def raise_for_document(exc: schema.DocumentInvalid, field_prefix: str = "") -> None:
+    """Turn schema errors into a Django ValidationError keyed by model field."""
+    by_field: dict[str, list[ValidationError]] = {}
+    for error in exc.errors:
+        head = error.path.split(".")[0].split("[")[0]
+        field = f"{field_prefix}{head}" if head else "__all__"
+        rest = error.path[len(head):].lstrip(".")
+        message = f"{rest}: {error.message}" if rest else error.message
+        by_field.setdefault(field, []).append(ValidationError(message, code=error.code))
+    raise ValidationError(by_field)
+
+
+class ResponseFields(models.Model):
+    """One scripted reply: Galaxy's AgentResponse fields plus the scripting fields."""
+
+    content = models.TextField(null=True, blank=True)
+    confidence = models.CharField(max_length=6, choices=CONFIDENCE_CHOICES, null=True, blank=True)
+    agent_type = models.CharField(max_length=200, null=True, blank=True)
+    suggestions = models.JSONField(null=True, blank=True, help_text="Galaxy ActionSuggestions")
+    metadata = models.JSONField(null=True, blank=True)
+    reasoning = models.TextField(null=True, blank=True)
+    thinking = models.TextField(null=True, blank=True, help_text="Reasoning sent before the answer")
+    tool_calls = models.JSONField(null=True, blank=True, help_text="[{name, arguments, id?}]")
+    finish_reason = models.CharField(max_length=20, choices=FINISH_CHOICES, null=True, blank=True)
+    error = models.JSONField(null=True, blank=True, help_text="{status, type, message}")
+    retry_after = models.FloatField(null=True, blank=True, help_text="Seconds, sent as Retry-After")
+    fail_first = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Fail this many times per distinct query, then answer"
+    )
+    template = models.BooleanField(default=False, help_text="Substitute $query, $model, ...")
+    stream = models.JSONField(
+        null=True, blank=True, help_text="{first_delay_ms, word_delay_ms, chunk}"
+    )
+    usage = models.JSONField(null=True, blank=True, help_text="{input_tokens, output_tokens}")
+
+    class Meta:
+        abstract = True
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        for key in RESPONSE_KEYS:
+            value = getattr(self, key)
+            if value is None or (key == "template" and not value):
+                continue
+            doc[key] = value
+        return doc
+
+    @classmethod
+    def fields_from(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        return {key: doc[key] for key in RESPONSE_KEYS if key in doc}
+
+    def clean(self) -> None:
+        try:
+            schema.validate_part(schema.ResponseSpec, self.document())
+        except schema.DocumentInvalid as exc:
+            raise_for_document(exc)
+
+
+class Rule(models.Model):
+    """An ordered, named rule: predicates (all must hold) and one or more responses."""
+
+    position = models.PositiveIntegerField(default=0, db_index=True)
+    name = models.SlugField(max_length=200, unique=True)
+    enabled = models.BooleanField(default=True)
+    match_agent_type = models.CharField("agent type", max_length=200, null=True, blank=True,
+                                        db_index=True)
+    match_query = models.TextField("query regex", null=True, blank=True)
+    match_contains = models.JSONField("contains", null=True, blank=True,
+                                      help_text='A string or a list of strings, e.g. ["P-17"]')
+    match_context = models.JSONField("context", null=True, blank=True,
+                                     help_text='Field → regex, e.g. {"page_id": "."}')
+    match_model = models.TextField("model regex", null=True, blank=True)
+    match_system = models.TextField("system prompt regex", null=True, blank=True)
+    match_dialect = models.CharField("dialect", max_length=20, choices=DIALECT_CHOICES, null=True,
+                                     blank=True)
+    match_turn = models.PositiveIntegerField("turn", null=True, blank=True)
+    match_tool_result = models.JSONField("tool result", null=True, blank=True,
+                                         help_text="true, false or a regex on the result text")
+    on_exhausted = models.CharField(max_length=20, choices=EXHAUSTED_CHOICES, null=True,
+                                    blank=True, help_text="For a sequence of responses")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    responses: models.Manager[RuleResponse]
+
+    class Meta:
+        ordering: ClassVar = ["position", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def match_document(self) -> dict[str, Any]:
+        doc = {}
+        for key in MATCH_KEYS:
+            value = getattr(self, f"match_{key}")
+            if value is not None:
+                doc[key] = value
+        return doc
+
+    @classmethod
+    def fields_from(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        match = doc.get("match") or {}
+        fields = {f"match_{key}": match[key] for key in MATCH_KEYS if key in match}
+        fields.update(name=doc["name"], enabled=doc.get("enabled", True),
+                      on_exhausted=doc.get("on_exhausted"))
+        return fields
+
+    def document(self, responses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The rule in fixture form, keys in a stable order."""
+        if responses is None:
+            responses = [r.document() for r in self.responses.all()]
+        doc: dict[str, Any] = {"name": self.name}
+        if not self.enabled:
+            doc["enabled"] = False
+        match = self.match_document()
+        if match:
+            doc["match"] = match
+        if len(responses) > 1 or self.on_exhausted is not None:
+            doc["responses"] = responses
+            if self.on_exhausted is not None:
+                doc["on_exhausted"] = self.on_exhausted
+        else:
+            doc["response"] = responses[0] if responses else {}
+        return doc
+
+    def clean(self) -> None:
+        try:
+            schema.validate_part(schema.MatchSpec, self.match_document())
+        except schema.DocumentInvalid as exc:
+            raise_for_document(exc, field_prefix="match_")
+
+
+class RuleResponse(ResponseFields):
+    """One response of a rule; a rule with several answers them in order (a script)."""
+
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="responses")
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering: ClassVar = ["position", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.rule.name} #{self.position + 1}"
+
+
+class Fallback(ResponseFields):
+    """The response used when no rule matches (one row at most)."""
+
+    class Meta:
+        verbose_name_plural = "fallback"
+
+    def __str__(self) -> str:
+        return "Fallback response"
+
+
+class Defaults(models.Model):
+    """Values that fill what a response leaves out (one row at most)."""
+
+    confidence = models.CharField(max_length=6, choices=CONFIDENCE_CHOICES, null=True, blank=True,
+                                  help_text="Absent: medium")
+    stream = models.JSONField(null=True, blank=True,
+                              help_text="{first_delay_ms, word_delay_ms, chunk}")
+
+    class Meta:
+        verbose_name_plural = "defaults"
+
+    def __str__(self) -> str:
+        return "Defaults"
+
+    def document(self) -> dict[str, Any]:
+        return {k: v for k in ("confidence", "stream") if (v := getattr(self, k)) is not None}
+
+    def clean(self) -> None:
+        try:
+            schema.validate_part(schema.DefaultsSpec, self.document())
+        except schema.DocumentInvalid as exc:
+            raise_for_document(exc)
+
+
+class RulesetState(models.Model):
+    """The version of the rules: bumped by every change, watched by every worker."""
+
+    version = models.PositiveBigIntegerField(default=0)
+    stamp = models.CharField(max_length=32, default="")
+    changed_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"ruleset version {self.version}"
+
+    @staticmethod
+    def new_stamp() -> str:
+        return uuid.uuid4().hex
+
+
+class SessionCounter(models.Model):
+    """A per-session count: a sequence's position or a fail-first attempt count.
+
+    Rows advance atomically in the database, so counts stay exact with many
+    concurrent requests and several worker processes.
+    """
+
+    session = models.CharField(max_length=200)
+    rule = models.CharField(max_length=200)
+    key = models.CharField(max_length=80, default="", help_text="'seq' or 'fail:<step>:<query hash>'")
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["session", "rule", "key"], name="unique_counter")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session}/{self.rule}/{self.key}={self.count}"
+
+
+class JournalEntry(models.Model):
+    """One inquiry that reached a reply route, and what the service did with it."""
+
+    OUTCOMES = [(o, o) for o in ("answered", "error", "failed_first", "cancelled", "rejected")]
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    dialect = models.CharField(max_length=20, db_index=True)
+    route = models.CharField(max_length=300)
+    session = models.CharField(max_length=200, db_index=True)
+    agent_type = models.CharField(max_length=200, db_index=True)
+    model = models.CharField(max_length=200, blank=True, default="")
+    query = models.TextField(blank=True, default="")
+    body = models.TextField(blank=True, default="", help_text="The request body as sent")
+    headers = models.JSONField(default=dict, help_text="Credentials masked")
+    rule = models.CharField(max_length=200, null=True, blank=True, db_index=True,
+                            help_text="Empty: the fallback answered")
+    outcome = models.CharField(max_length=20, choices=OUTCOMES, db_index=True)
+    status = models.PositiveSmallIntegerField(default=200)
+    duration_ms = models.FloatField(default=0)
+    diagnosis = models.JSONField(null=True, blank=True,
+                                 help_text="Why no rule matched (fallback answers only)")
+
+    class Meta:
+        ordering: ClassVar = ["-id"]
+        verbose_name_plural = "journal entries"
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.dialect} {self.outcome}"
+
+
+class ChatExchange(models.Model):
+    """A Galaxy chat conversation: its messages and the user's feedback."""
+
+    agent_type = models.CharField(max_length=200)
+    session = models.CharField(max_length=200, default="")
+    feedback = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    messages: models.Manager[ChatMessage]
+
+    class Meta:
+        ordering: ClassVar = ["-updated_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"exchange {self.pk}"
+
+
+class ChatMessage(models.Model):
+    exchange = models.ForeignKey(ChatExchange, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=20)  # user | assistant
+    content = models.TextField(blank=True, default="")
+    agent_response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:40]}"

@@ -1,0 +1,353 @@
+"""The fixture document's structure (DESIGN section 2), validated in one place.
+
+Every way in (YAML import, the admin's model ``clean()``, the control API) goes
+through these models, so a rule is judged the same wherever it comes from.
+Errors carry the path in the document (``rules[3].match.query``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
+DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket")
+CONFIDENCES = ("low", "medium", "high")
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
+ACTION_PARAMETERS = {
+    "tool_run": "tool_id",
+    "save_tool": "tool_yaml",
+    "view_external": "url",
+    "workflow_import": "trs_id",
+    "documentation": None,
+    "contact_support": None,
+    "refine_query": None,
+}
+# Nested quantifiers such as (a+)+ or (a*)* backtrack exponentially on near-misses.
+NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem in a document: where it is and what is wrong."""
+
+    path: str
+    message: str
+    code: str = "invalid"
+    line: int | None = None
+
+    def format(self, source: str | None = None) -> str:
+        where = source or ""
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        prefix = f"{where}: " if where else ""
+        return f"{prefix}{self.path}: {self.message}" if self.path else f"{prefix}{self.message}"
+
+
+class DocumentInvalid(Exception):
+    """A document failed validation; ``errors`` names every problem found."""
+
+    def __init__(self, errors: list[FieldError], source: str | None = None) -> None:
+        self.errors = errors
+        self.source = source
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        return [error.format(self.source) for error in self.errors]
+
+
+def check_regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regex: {exc}") from None
+    if NESTED_QUANTIFIER.search(pattern):
+        raise ValueError("regex has a nested quantifier (catastrophic backtracking)")
+    return pattern
+
+
+def check_slug(name: str) -> str:
+    if not SLUG.match(name):
+        raise ValueError("must be a slug: letters, digits, '-' and '_' only")
+    return name
+
+
+Regex = Annotated[str, AfterValidator(check_regex)]
+Slug = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_slug)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    def document(self) -> dict[str, Any]:
+        """The document form: only the keys that were given, in declaration order."""
+        return self.model_dump(exclude_unset=True, exclude_none=True, by_alias=True)
+
+
+class StreamSpec(Strict):
+    first_delay_ms: int = Field(default=0, ge=0, le=600_000)
+    word_delay_ms: int = Field(default=0, ge=0, le=600_000)
+    chunk: Any = "word"
+
+    @field_validator("chunk")
+    @classmethod
+    def _chunk(cls, value: Any) -> Any:
+        if value in ("word", "char"):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        raise ValueError("must be 'word', 'char' or a positive number of characters")
+
+
+class ErrorSpec(Strict):
+    status: int = Field(default=500, ge=400, le=599)
+    type: str = "api_error"
+    message: str = "Scripted error"
+
+
+class ToolCallSpec(Strict):
+    name: str = Field(min_length=1, max_length=200)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class UsageSpec(Strict):
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+
+
+class SuggestionSpec(Strict):
+    """Galaxy's ``ActionSuggestion``."""
+
+    action_type: str
+    description: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    confidence: Literal["low", "medium", "high"]
+    priority: int = 1
+
+    @model_validator(mode="after")
+    def _parameters(self) -> SuggestionSpec:
+        if self.action_type not in ACTION_PARAMETERS:
+            known = ", ".join(ACTION_PARAMETERS)
+            raise ValueError(f"unknown action_type {self.action_type!r} (one of {known})")
+        required = ACTION_PARAMETERS[self.action_type]
+        if required and not self.parameters.get(required):
+            raise ValueError(f"{self.action_type} needs parameters.{required}")
+        return self
+
+
+class ResponseSpec(Strict):
+    content: str | None = None
+    confidence: Literal["low", "medium", "high"] | None = None
+    agent_type: str | None = None
+    suggestions: list[SuggestionSpec] | None = None
+    metadata: dict[str, Any] | None = None
+    reasoning: str | None = None
+    thinking: str | None = None
+    tool_calls: list[ToolCallSpec] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None
+    error: ErrorSpec | None = None
+    retry_after: float | None = Field(default=None, ge=0)
+    fail_first: int | None = Field(default=None, ge=0)
+    template: bool | None = None
+    stream: StreamSpec | None = None
+    usage: UsageSpec | None = None
+
+    @field_validator("retry_after", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+
+class MatchSpec(Strict):
+    agent_type: str | None = Field(default=None, min_length=1)
+    query: Regex | None = None
+    contains: Any = None
+    context: dict[str, Regex] | None = None
+    model: Regex | None = None
+    system: Regex | None = None
+    dialect: Literal["galaxy", "openai", "anthropic", "adk", "websocket"] | None = None
+    turn: int | None = Field(default=None, ge=1)
+    tool_result: Any = None
+
+    @field_validator("contains")
+    @classmethod
+    def _contains(cls, value: Any) -> Any:
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+            return value
+        raise ValueError("must be a non-empty string or a list of non-empty strings")
+
+    @field_validator("tool_result")
+    @classmethod
+    def _tool_result(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return check_regex(value)
+        raise ValueError("must be true, false or a regex on the tool result's text")
+
+
+class RuleSpec(Strict):
+    name: Slug | None = None
+    enabled: bool | None = None
+    match: MatchSpec | None = None
+    response: ResponseSpec | None = None
+    responses: list[ResponseSpec] | None = Field(default=None, min_length=1)
+    on_exhausted: Literal["repeat_last", "error"] | None = None
+
+    @model_validator(mode="after")
+    def _one_response(self) -> RuleSpec:
+        if (self.response is None) == (self.responses is None):
+            raise ValueError("a rule needs exactly one of 'response' or 'responses'")
+        if self.on_exhausted is not None and self.responses is None:
+            raise ValueError("'on_exhausted' applies only to a 'responses' sequence")
+        return self
+
+
+class DefaultsSpec(Strict):
+    confidence: Literal["low", "medium", "high"] | None = None
+    stream: StreamSpec | None = None
+
+
+class DocumentSpec(Strict):
+    version: Literal[1] | None = None
+    defaults: DefaultsSpec | None = None
+    rules: list[RuleSpec] | None = None
+    fallback: ResponseSpec | None = None
+
+
+# -- entry points -------------------------------------------------------------
+
+
+def validate_document(data: Any) -> dict[str, Any]:
+    """Validate a parsed fixture; return its normalized form or raise DocumentInvalid.
+
+    The normalized form always has ``version``, ``defaults``, ``rules`` (every
+    rule named) and ``fallback`` (None when absent).
+    """
+    if not isinstance(data, Mapping):
+        kind = type(data).__name__ if data is not None else "an empty document"
+        raise DocumentInvalid([FieldError("", f"a fixture must be a mapping, not {kind}", "type")])
+    try:
+        spec = DocumentSpec.model_validate(data)
+    except ValidationError as exc:
+        raise DocumentInvalid(pydantic_errors(exc)) from None
+    rules = [rule.document() for rule in spec.rules or []]
+    errors = list(_duplicate_names(rules))
+    if errors:
+        raise DocumentInvalid(errors)
+    name_rules(rules)
+    return {
+        "version": 1,
+        "defaults": spec.defaults.document() if spec.defaults else {},
+        "rules": rules,
+        "fallback": spec.fallback.document() if spec.fallback else None,
+    }
+
+
+def validate_part(model: type[Strict], data: Any, prefix: str = "") -> dict[str, Any]:
+    """Validate one part of a document (a match, a response, a rule) on its own."""
+    try:
+        return model.model_validate(data).document()
+    except ValidationError as exc:
+        raise DocumentInvalid(pydantic_errors(exc, prefix)) from None
+
+
+def name_rules(rules: list[dict[str, Any]], taken: Iterable[str] = ()) -> None:
+    """Give every unnamed rule a stable generated name, unique in the document and ``taken``."""
+    used = {rule["name"] for rule in rules if "name" in rule} | set(taken)
+    for position, rule in enumerate(rules, start=1):
+        if "name" in rule:
+            continue
+        agent_type = (rule.get("match") or {}).get("agent_type")
+        base = re.sub(r"[^-a-zA-Z0-9_]", "-", agent_type) if agent_type else "rule"
+        candidate, n = f"{base}-{position}", 1
+        while candidate in used:
+            n += 1
+            candidate = f"{base}-{position}-{n}"
+        used.add(candidate)
+        rule["name"] = candidate
+        # Keep "name" first, as an exported rule has it.
+        for key in [k for k in rule if k != "name"]:
+            rule[key] = rule.pop(key)
+
+
+def _duplicate_names(rules: list[dict[str, Any]]) -> Iterable[FieldError]:
+    first_seen: dict[str, int] = {}
+    for index, rule in enumerate(rules):
+        name = rule.get("name")
+        if name is None:
+            continue
+        if name in first_seen:
+            yield FieldError(
+                f"rules[{index}].name",
+                f"duplicate name {name!r} (also rules[{first_seen[name]}])",
+                "duplicate",
+            )
+        else:
+            first_seen[name] = index
+
+
+def pydantic_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
+    errors = []
+    for item in exc.errors(include_url=False):
+        path = format_path(item["loc"], prefix)
+        errors.append(FieldError(path, _message(item), _code(item["type"])))
+    return errors
+
+
+def format_path(loc: Iterable[str | int], prefix: str = "") -> str:
+    path = prefix
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path = f"{path}.{part}" if path else str(part)
+    return path
+
+
+def _message(item: Any) -> str:
+    kind = item["type"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error" and item["loc"] and item["loc"][-1] == "version":
+        return f"unsupported version {item['input']!r} (only 1 is supported)"
+    message = str(item["msg"])
+    for lead in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(lead)
+    if kind.endswith("_type") or kind in ("literal_error", "model_type", "dict_type"):
+        message = f"{message} (got {type(item['input']).__name__} {_show(item['input'])})"
+    return message
+
+
+def _code(kind: str) -> str:
+    if kind == "extra_forbidden":
+        return "unknown_key"
+    if kind == "missing":
+        return "required"
+    if kind.endswith("_type") or kind in ("model_type", "literal_error"):
+        return "type"
+    return "invalid"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

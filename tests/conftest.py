@@ -1,0 +1,85 @@
+"""Shared fixtures: a real ASGI server on a free port, and rule loading."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+GALAXY_FIXTURE = SHARED / "compat" / "galaxy" / "static_agents.yml"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveServer:
+    """uvicorn serving ``project.asgi.application`` in a background thread."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        from project.asgi import application
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server_session(django_db_setup: None, django_db_blocker: Any) -> Iterator[LiveServer]:
+    server = LiveServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live_url(live_server_session: LiveServer, transactional_db: None) -> str:
+    """The base URL of the running ASGI app; the test's database writes are visible to it."""
+    return live_server_session.url
+
+
+@pytest.fixture
+def load_rules(db: None) -> Callable[[Any], dict[str, Any]]:
+    """Validate and import a fixture given as a mapping, YAML text or a path."""
+    from staticagents.fixtures import load_fixture
+    from staticagents.services import import_fixture
+
+    def load(source: Any) -> dict[str, Any]:
+        if isinstance(source, Path):
+            document = load_fixture(source.read_bytes(), str(source))
+        elif isinstance(source, str):
+            document = load_fixture(source)
+        else:
+            document = load_fixture(yaml.safe_dump(source))
+        import_fixture(document)
+        return document
+
+    return load
