@@ -132,3 +132,8 @@ LOGGING = {
 # Static Agents' own settings.
 STATIC_AGENTS_FIXTURE = env_str("STATIC_AGENTS_FIXTURE", "")
 STATIC_AGENTS_DEFAULT_FIXTURE = BASE_DIR / "fixtures" / "demo.yml"
+STATIC_AGENTS_MAX_BODY_BYTES = env_int("STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024)
+STATIC_AGENTS_MAX_STREAM_SECONDS = float(env_str("STATIC_AGENTS_MAX_STREAM_SECONDS", "120"))
+# Server-wide stream timing, used where neither the rule nor the defaults set one.
+STATIC_AGENTS_WORD_DELAY_MS = env_int("STATIC_AGENTS_WORD_DELAY_MS", 0)
+STATIC_AGENTS_FIRST_DELAY_MS = env_int("STATIC_AGENTS_FIRST_DELAY_MS", 0)

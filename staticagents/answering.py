@@ -118,9 +118,10 @@ def record_inquiry(
     )
 
 
-def mark_cancelled(entry_id: int | None) -> None:
+def mark_cancelled(entry_id: int | None, outcome: str = "cancelled") -> None:
+    """Record that a stream ended early: the client left ("cancelled") or it ran too long."""
     if entry_id is not None:
-        JournalEntry.objects.filter(pk=entry_id).update(outcome="cancelled")
+        JournalEntry.objects.filter(pk=entry_id).update(outcome=outcome)
 
 
 def body_text(payload: Any) -> str:

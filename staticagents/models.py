@@ -241,7 +241,7 @@ class SessionCounter(models.Model):
 class JournalEntry(models.Model):
     """One inquiry that reached a reply route, and what the service did with it."""
 
-    OUTCOMES = [(o, o) for o in ("answered", "error", "failed_first", "cancelled", "rejected")]
+    OUTCOMES = [(o, o) for o in ("answered", "error", "failed_first", "cancelled", "cut_off", "rejected")]
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     dialect = models.CharField(max_length=20, db_index=True)

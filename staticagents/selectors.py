@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from staticagents.core.matching import Ruleset, compile_ruleset
@@ -42,12 +43,22 @@ def _build_snapshot() -> Ruleset:
     with transaction.atomic():  # one consistent read: never half an old fixture
         stamp = ruleset_stamp()
         document = stored_document()
+    defaults = dict(document["defaults"])
+    defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
     return compile_ruleset(
         stamp=stamp,
         rules=document["rules"],
-        defaults=document["defaults"],
+        defaults=defaults,
         fallback=document["fallback"],
     )
+
+
+def server_stream_defaults() -> dict[str, int]:
+    """Stream timing from the server's settings: the base under defaults.stream and rules."""
+    return {
+        "first_delay_ms": settings.STATIC_AGENTS_FIRST_DELAY_MS,
+        "word_delay_ms": settings.STATIC_AGENTS_WORD_DELAY_MS,
+    }
 
 
 def stored_document() -> dict[str, Any]:

@@ -162,6 +162,7 @@ def _substitute(content: str, inquiry: Inquiry) -> str:
         model=inquiry.model,
         turn=str(inquiry.turn),
         session=inquiry.session,
+        tool_result=inquiry.tool_result or "",
     )
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from staticagents.core.replies import Timing
+from staticagents.core.replies import Reply, Timing
 
 _WORD = re.compile(r"\S+\s*|\s+")
 
@@ -34,3 +35,20 @@ def schedule(count: int, timing: Timing) -> Iterator[float]:
     step = timing.word_delay_ms / 1000
     for index in range(count):
         yield first + index * step
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One timed chunk of a streamed reply: ``at`` seconds after the stream starts."""
+
+    at: float
+    kind: str  # "thinking" or "text"
+    text: str
+
+
+def plan_stream(reply: Reply) -> list[Piece]:
+    """Thinking first, then the content, each cut into chunks on the reply's schedule."""
+    chunks = [("thinking", c) for c in chunk_text(reply.thinking or "", reply.timing.chunk)]
+    chunks += [("text", c) for c in chunk_text(reply.content, reply.timing.chunk)]
+    offsets = schedule(len(chunks), reply.timing)
+    return [Piece(at, kind, text) for at, (kind, text) in zip(offsets, chunks, strict=True)]

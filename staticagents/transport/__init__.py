@@ -1,0 +1,1 @@
+"""Transports: Channels consumers that carry inquiries in and replies out."""

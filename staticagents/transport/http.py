@@ -1,0 +1,164 @@
+"""The base of every model-dialect reply route: a lean Channels HTTP consumer.
+
+It reads the body (with a size limit), runs the dialect's handler as a task so
+that a client disconnect can cancel a stream at once, and gives dialects small
+helpers for JSON bodies and paced SSE streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
+from channels.generic.http import AsyncHttpConsumer
+from django.conf import settings
+
+from staticagents.answering import mark_cancelled
+
+log = logging.getLogger(__name__)
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class RequestRejected(Exception):
+    """A request the route cannot serve: rendered as the dialect's own 4xx error."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+
+
+class ReplyConsumer(AsyncHttpConsumer):
+    """Subclasses implement ``respond(body)`` and ``error_body(rejection)``."""
+
+    # Reply routes never use the channel layer; skipping it saves a channel per request.
+    channel_layer_alias = "__none__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.size = 0
+        self.task: asyncio.Task[None] | None = None
+        self.headers_sent = False
+        self.entry_id: int | None = None  # the journal entry, marked if the client leaves
+
+    # -- to implement ------------------------------------------------------------
+
+    async def respond(self, body: bytes) -> None:
+        raise NotImplementedError
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        return {"error": {"message": rejection.message, "type": rejection.kind}}
+
+    # -- ASGI plumbing -------------------------------------------------------------
+
+    async def http_request(self, message: dict[str, Any]) -> None:
+        chunk = message.get("body", b"")
+        self.size += len(chunk)
+        if self.size > settings.STATIC_AGENTS_MAX_BODY_BYTES:
+            rejection = RequestRejected(
+                413, f"request body exceeds {settings.STATIC_AGENTS_MAX_BODY_BYTES} bytes",
+                "request_too_large",
+            )
+            await self.send_json(413, self.error_body(rejection))
+            raise StopConsumer
+        self.body.append(chunk)
+        if not message.get("more_body"):
+            self.task = asyncio.ensure_future(self._run(b"".join(self.body)))
+
+    async def http_disconnect(self, message: dict[str, Any]) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+        raise StopConsumer
+
+    async def _run(self, body: bytes) -> None:
+        try:
+            await self.respond(body)
+        except RequestRejected as rejection:
+            await self.reject(rejection)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("reply route %s failed", self.scope.get("path"))
+            await self.reject(RequestRejected(500, "internal error in Static Agents", "api_error"))
+
+    async def reject(self, rejection: RequestRejected) -> None:
+        if self.headers_sent:
+            return
+        await self.send_json(rejection.status, self.error_body(rejection))
+
+    # -- helpers for dialects ------------------------------------------------------
+
+    @property
+    def request_headers(self) -> dict[str, str]:
+        return {k.decode("latin-1").lower(): v.decode("latin-1")
+                for k, v in self.scope.get("headers", [])}
+
+    async def send_json(self, status: int, payload: Any,
+                        headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self.headers_sent = True
+        await self.send_headers(status=status, headers=[*JSON_HEADERS, *headers])
+        await self.send_body(orjson.dumps(payload))
+
+    async def start_sse(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self.headers_sent = True
+        await self.send_headers(status=200, headers=[*SSE_HEADERS, *headers])
+
+    async def send_chunk(self, data: bytes) -> None:
+        await self.send_body(data, more_body=True)
+
+    async def end_stream(self, data: bytes = b"") -> None:
+        await self.send_body(data)
+
+    async def send_paced(self, frames: Iterable[tuple[float, bytes]]) -> bool:
+        """Send each frame at its offset (seconds from now); False if cut off.
+
+        Offsets are absolute from the stream's start, so drift never accumulates;
+        a stream that would outlast the configured maximum is cut off there.
+        """
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+        for offset, data in frames:
+            if offset > limit:
+                await asyncio.sleep(max(0.0, start + limit - loop.time()))
+                await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                return False
+            delay = start + offset - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.send_chunk(data)
+        return True
+
+
+def sse(payload: Any, event: str | None = None) -> bytes:
+    """One server-sent event with a JSON payload."""
+    data = orjson.dumps(payload)
+    return (b"event: " + event.encode() + b"\n" if event else b"") + b"data: " + data + b"\n\n"
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a RequestRejected naming what is wrong."""
+    if not body.strip():
+        raise RequestRejected(400, "request body is empty: a JSON object is required")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestRejected(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise RequestRejected(400, "request body must be a JSON object")
+    return payload
