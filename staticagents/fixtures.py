@@ -40,9 +40,7 @@ def dump_fixture(document: dict[str, Any], fmt: str = "yaml") -> str:
     """Serialize a normalized document with stable key order."""
     if fmt == "json":
         return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    return yaml.dump(
-        document, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100
-    )
+    return yaml.dump(document, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
 def is_adk_document(data: Any) -> bool:
@@ -51,11 +49,19 @@ def is_adk_document(data: Any) -> bool:
 
 def adk_document(data: dict[str, Any]) -> dict[str, Any]:
     """Translate the ADK test-agent format into rules: one ``contains`` rule per problem id."""
-    errors = [FieldError(key, "unknown key", "unknown_key") for key in data
-              if key not in ("version", "replies")]
+    errors = [
+        FieldError(key, "unknown key", "unknown_key")
+        for key in data
+        if key not in ("version", "replies")
+    ]
     if data.get("version", 1) != 1:
-        errors.append(FieldError("version", f"unsupported version {data['version']!r} "
-                                 "(only 1 is supported)", "invalid"))
+        errors.append(
+            FieldError(
+                "version",
+                f"unsupported version {data['version']!r} (only 1 is supported)",
+                "invalid",
+            )
+        )
     replies = data.get("replies")
     if not isinstance(replies, dict):
         errors.append(FieldError("replies", "must be a mapping of problem id to reply", "type"))
@@ -75,8 +81,11 @@ def _adk_rule(problem: str, reply: Any) -> tuple[dict[str, Any], list[FieldError
     path = f"replies.{problem}"
     if not isinstance(reply, dict):
         return {}, [FieldError(path, "must be a mapping", "type")]
-    errors = [FieldError(f"{path}.{key}", "unknown key", "unknown_key") for key in reply
-              if key not in ADK_REPLY_KEYS]
+    errors = [
+        FieldError(f"{path}.{key}", "unknown key", "unknown_key")
+        for key in reply
+        if key not in ADK_REPLY_KEYS
+    ]
     answer: dict[str, Any] = {"content": reply.get("text", "")}
     stream = {k: reply[k] for k in ("first_delay_ms", "word_delay_ms") if k in reply}
     if stream:
@@ -99,7 +108,7 @@ def _adk_rule(problem: str, reply: Any) -> tuple[dict[str, Any], list[FieldError
 
 def _overlapping_ids(ids: list[str]) -> Iterator[FieldError]:
     for i, first in enumerate(ids):
-        for second in ids[i + 1:]:
+        for second in ids[i + 1 :]:
             if first in second or second in first:
                 inner, outer = (first, second) if first in second else (second, first)
                 yield FieldError(
@@ -119,8 +128,11 @@ def _decode(data: str | bytes, source: str) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DocumentInvalid(
-            [FieldError("", f"not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}",
-                        "encoding")],
+            [
+                FieldError(
+                    "", f"not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}", "encoding"
+                )
+            ],
             source,
         ) from None
 
@@ -135,7 +147,7 @@ def _parse(text: str, source: str) -> Any:
                     [FieldError("", f"invalid JSON: {exc.msg}", "syntax", exc.lineno)], source
                 ) from None
     try:
-        return yaml.load(text, Loader=SafeLoader)  # noqa: S506 - a safe loader
+        return yaml.load(text, Loader=SafeLoader)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         message = f"invalid YAML: {exc.problem or exc.context}"
@@ -154,7 +166,9 @@ def _with_lines(errors: list[FieldError], text: str) -> list[FieldError]:
         return errors
     lines = _line_map(text)
     return [
-        FieldError(e.path, e.message, e.code, e.line if e.line is not None else _line_of(e.path, lines))
+        FieldError(
+            e.path, e.message, e.code, e.line if e.line is not None else _line_of(e.path, lines)
+        )
         for e in errors
     ]
 
@@ -171,7 +185,7 @@ def _line_of(path: str, lines: dict[str, int]) -> int | None:
 def _line_map(text: str) -> dict[str, int]:
     """Path in the document → 1-based line, from the YAML node tree."""
     try:
-        root = yaml.compose(text, Loader=SafeLoader)  # noqa: S506 - a safe loader
+        root = yaml.compose(text, Loader=SafeLoader)
     except yaml.YAMLError:
         return {}
     lines: dict[str, int] = {}

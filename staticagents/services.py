@@ -20,8 +20,10 @@ class ImportResult:
 
     def summary(self) -> str:
         verb = "would import" if self.dry_run else "imported"
-        return (f"{verb}: {self.created} rule(s) created, {self.updated} updated, "
-                f"{self.deleted} deleted")
+        return (
+            f"{verb}: {self.created} rule(s) created, {self.updated} updated, "
+            f"{self.deleted} deleted"
+        )
 
 
 class DryRunRollback(Exception):
@@ -73,7 +75,9 @@ def _replace(document: dict[str, Any]) -> ImportResult:
 
 def _merge(document: dict[str, Any]) -> ImportResult:
     rules = document["rules"]
-    existing = {rule.name: rule for rule in Rule.objects.filter(name__in=[r["name"] for r in rules])}
+    existing = {
+        rule.name: rule for rule in Rule.objects.filter(name__in=[r["name"] for r in rules])
+    }
     fresh = [r for r in rules if r["name"] not in existing]
     for doc in rules:
         if doc["name"] in existing:
@@ -110,8 +114,10 @@ def _update_rule(rule: Rule, doc: dict[str, Any]) -> None:
     rule.save()
     rule.responses.all().delete()
     RuleResponse.objects.bulk_create(
-        [RuleResponse(rule=rule, position=i, **RuleResponse.fields_from(r))
-         for i, r in enumerate(_responses(doc))]
+        [
+            RuleResponse(rule=rule, position=i, **RuleResponse.fields_from(r))
+            for i, r in enumerate(_responses(doc))
+        ]
     )
 
 

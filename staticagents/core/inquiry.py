@@ -27,8 +27,16 @@ class Inquiry:
 
 
 CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key",
-     "cookie", "set-cookie", "x-static-control-token"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+        "x-static-control-token",
+    }
 )
 MASK = "***"
 

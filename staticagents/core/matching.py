@@ -211,13 +211,17 @@ def _context_predicate(fields: Mapping[str, str], window: int) -> Predicate:
             if name not in context:
                 return f"context has no field {name!r}"
             if search(str(context[name])[:window]) is None:
-                return f"context.{name} {_clip(str(context[name]))!r} does not match /{fields[name]}/"
+                return (
+                    f"context.{name} {_clip(str(context[name]))!r} does not match /{fields[name]}/"
+                )
         return None
 
     return Predicate("context", lambda i: failure(i) is None, lambda i: failure(i) or "")
 
 
-def _equals_predicate(key: str, expected: object, field_of: Callable[[Inquiry], object]) -> Predicate:
+def _equals_predicate(
+    key: str, expected: object, field_of: Callable[[Inquiry], object]
+) -> Predicate:
     return Predicate(
         key,
         lambda i: field_of(i) == expected,
@@ -230,9 +234,11 @@ def _tool_result_predicate(expected: bool | str, window: int) -> Predicate:
         return Predicate(
             "tool_result",
             lambda i: (i.tool_result is not None) is expected,
-            lambda i: "the last message is not a tool result"
-            if expected
-            else "the last message is a tool result",
+            lambda i: (
+                "the last message is not a tool result"
+                if expected
+                else "the last message is a tool result"
+            ),
         )
     search = re.compile(expected).search
 

@@ -193,9 +193,7 @@ def _call_id(salt: str, index: int, name: str) -> str:
     return f"call_{digest}"
 
 
-def _timing(
-    spec: Mapping[str, Any] | None, default: Mapping[str, Any] | None
-) -> Timing:
+def _timing(spec: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -> Timing:
     merged = {**(default or {}), **(spec or {})}
     return Timing(
         first_delay_ms=int(merged.get("first_delay_ms", 0)),
@@ -205,7 +203,9 @@ def _timing(
 
 
 def _usage(spec: Mapping[str, Any] | None, inquiry: Inquiry, content: str) -> Usage:
-    computed = Usage(count_tokens(inquiry.system) + count_tokens(inquiry.query), count_tokens(content))
+    computed = Usage(
+        count_tokens(inquiry.system) + count_tokens(inquiry.query), count_tokens(content)
+    )
     if not spec:
         return computed
     return Usage(

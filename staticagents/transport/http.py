@@ -33,8 +33,13 @@ SSE_HEADERS = [
 class RequestRejected(Exception):
     """A request the route cannot serve: rendered as the dialect's own 4xx error."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
-                 param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -70,7 +75,8 @@ class ReplyConsumer(AsyncHttpConsumer):
         self.size += len(chunk)
         if self.size > settings.STATIC_AGENTS_MAX_BODY_BYTES:
             rejection = RequestRejected(
-                413, f"request body exceeds {settings.STATIC_AGENTS_MAX_BODY_BYTES} bytes",
+                413,
+                f"request body exceeds {settings.STATIC_AGENTS_MAX_BODY_BYTES} bytes",
                 "request_too_large",
             )
             await self.send_json(413, self.error_body(rejection))
@@ -105,11 +111,14 @@ class ReplyConsumer(AsyncHttpConsumer):
 
     @property
     def request_headers(self) -> dict[str, str]:
-        return {k.decode("latin-1").lower(): v.decode("latin-1")
-                for k, v in self.scope.get("headers", [])}
+        return {
+            k.decode("latin-1").lower(): v.decode("latin-1")
+            for k, v in self.scope.get("headers", [])
+        }
 
-    async def send_json(self, status: int, payload: Any,
-                        headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    async def send_json(
+        self, status: int, payload: Any, headers: Iterable[tuple[bytes, bytes]] = ()
+    ) -> None:
         self.headers_sent = True
         await self.send_headers(status=status, headers=[*JSON_HEADERS, *headers])
         await self.send_body(orjson.dumps(payload))

@@ -14,8 +14,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", nargs="?", help="file to write; stdout when absent")
-        parser.add_argument("--format", choices=["yaml", "json"], default=None,
-                            help="default: from the file extension, else yaml")
+        parser.add_argument(
+            "--format",
+            choices=["yaml", "json"],
+            default=None,
+            help="default: from the file extension, else yaml",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = options["path"]

@@ -13,10 +13,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", help="the fixture file (YAML, JSON, or ADK test-agent JSON)")
-        parser.add_argument("--merge", action="store_true",
-                            help="upsert rules by name instead of replacing everything")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="validate and report what would change, change nothing")
+        parser.add_argument(
+            "--merge",
+            action="store_true",
+            help="upsert rules by name instead of replacing everything",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="validate and report what would change, change nothing",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         document = read_fixture(options["path"])

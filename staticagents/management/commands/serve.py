@@ -19,9 +19,12 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--workers", type=int, default=1, help="worker processes")
-        parser.add_argument("--fixture", default=None,
-                            help="fixture to load (replacing the rules); default: "
-                                 "$STATIC_AGENTS_FIXTURE, else the bundled demo when no rules")
+        parser.add_argument(
+            "--fixture",
+            default=None,
+            help="fixture to load (replacing the rules); default: "
+            "$STATIC_AGENTS_FIXTURE, else the bundled demo when no rules",
+        )
         parser.add_argument("--log-level", default="warning")
 
     def handle(self, *args: Any, **options: Any) -> None:

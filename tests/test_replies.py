@@ -1,0 +1,162 @@
+"""Rendering a reply: Galaxy's inheritance rules and the scripting fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from staticagents.core.inquiry import Inquiry
+from staticagents.core.matching import compile_ruleset, match_inquiry
+from staticagents.core.replies import Step, Timing, build_reply
+from staticagents.core.timing import chunk_text, plan_stream
+
+
+def reply_for(
+    response: dict[str, Any],
+    inquiry: Inquiry | None = None,
+    *,
+    defaults: dict[str, Any] | None = None,
+    fallback: dict[str, Any] | None = None,
+    step: Step | None = None,
+):  # type: ignore[no-untyped-def]
+    rules = compile_ruleset(
+        stamp="t",
+        rules=[{"name": "only", "response": response}],
+        defaults=defaults,
+        fallback=fallback,
+    )
+    inquiry = inquiry or Inquiry("hi", agent_type="router")
+    return build_reply(rules, inquiry, match_inquiry(rules, inquiry), step or Step())
+
+
+def test_absent_content_comes_from_the_fallback_then_empty() -> None:
+    assert reply_for({}, fallback={"content": "from fallback"}).content == "from fallback"
+    assert reply_for({}).content == ""
+
+
+def test_empty_content_is_kept_not_inherited() -> None:
+    assert reply_for({"content": ""}, fallback={"content": "fb"}).content == ""
+
+
+def test_confidence_comes_from_rule_then_defaults_then_medium() -> None:
+    assert reply_for({"confidence": "high"}, defaults={"confidence": "low"}).confidence == "high"
+    assert reply_for({}, defaults={"confidence": "low"}).confidence == "low"
+    assert reply_for({}).confidence == "medium"
+
+
+def test_agent_type_comes_from_rule_then_the_request() -> None:
+    assert reply_for({"agent_type": "custom_tool"}).agent_type == "custom_tool"
+    assert reply_for({}, Inquiry("q", agent_type="page_assistant")).agent_type == "page_assistant"
+
+
+def test_metadata_always_ends_with_static_backend_true() -> None:
+    reply = reply_for({"metadata": {"tool_id": "x", "static_backend": False}})
+    assert reply.metadata == {"tool_id": "x", "static_backend": True}
+    assert list(reply.metadata)[-1] == "static_backend"
+
+
+def test_reasoning_defaults_to_none() -> None:
+    assert reply_for({}).reasoning is None
+    assert reply_for({"reasoning": "because"}).reasoning == "because"
+
+
+def test_fallback_answers_when_no_rule_matches() -> None:
+    rules = compile_ruleset(
+        stamp="t",
+        rules=[{"name": "r", "match": {"query": "zzz"}, "response": {"content": "no"}}],
+        fallback={
+            "content": "Static backend: no matching rule.",
+            "confidence": "low",
+            "agent_type": "unknown",
+        },
+    )
+    reply = build_reply(rules, Inquiry("hello"), None)
+    assert (reply.content, reply.confidence, reply.agent_type, reply.rule) == (
+        "Static backend: no matching rule.",
+        "low",
+        "unknown",
+        None,
+    )
+
+
+def test_tool_calls_inherit_no_content_and_finish_with_tool_calls() -> None:
+    reply = reply_for(
+        {"tool_calls": [{"name": "lookup", "arguments": {"q": 1}}]}, fallback={"content": "fb"}
+    )
+    assert reply.content == ""
+    assert reply.finish_reason == "tool_calls"
+    assert reply.tool_calls[0].name == "lookup"
+    assert reply.tool_calls[0].id.startswith("call_")
+
+
+def test_tool_call_ids_are_stable_across_runs() -> None:
+    first = reply_for({"tool_calls": [{"name": "lookup"}]}).tool_calls[0].id
+    again = reply_for({"tool_calls": [{"name": "lookup"}]}).tool_calls[0].id
+    assert first == again
+
+
+def test_error_reply_carries_status_and_retry_after() -> None:
+    reply = reply_for(
+        {"error": {"status": 429, "type": "rate_limit", "message": "slow down"}, "retry_after": 2}
+    )
+    assert reply.error is not None
+    assert (reply.error.status, reply.error.type, reply.retry_after) == (429, "rate_limit", 2)
+    assert reply.outcome == "error"
+
+
+def test_template_substitutes_inquiry_fields_safely() -> None:
+    reply = reply_for(
+        {"content": "$query/$agent_type/$model/$turn/$session/$unknown", "template": True},
+        Inquiry("hi", agent_type="router", model="m1", turn=3, session="s"),
+    )
+    assert reply.content == "hi/router/m1/3/s/$unknown"
+
+
+def test_content_is_not_a_template_unless_asked() -> None:
+    assert reply_for({"content": "$query"}).content == "$query"
+
+
+def test_a_failing_fail_first_step_renders_the_scripted_or_default_error() -> None:
+    reply = reply_for({"content": "ok", "fail_first": 2}, step=Step(0, failing=True))
+    assert reply.error is not None and reply.error.status == 503
+    assert reply.outcome == "failed_first"
+    assert reply_for({"content": "ok", "fail_first": 2}).content == "ok"
+
+
+def test_stream_timing_merges_rule_over_defaults() -> None:
+    reply = reply_for(
+        {"stream": {"word_delay_ms": 5}},
+        defaults={"stream": {"first_delay_ms": 100, "word_delay_ms": 1}},
+    )
+    assert reply.timing == Timing(first_delay_ms=100, word_delay_ms=5, chunk="word")
+
+
+def test_usage_is_counted_unless_scripted() -> None:
+    assert reply_for({"content": "one two three"}).usage.output_tokens == 3
+    scripted = reply_for({"content": "x", "usage": {"input_tokens": 7, "output_tokens": 9}})
+    assert (scripted.usage.input_tokens, scripted.usage.output_tokens) == (7, 9)
+
+
+def test_chunks_concatenate_back_to_the_text() -> None:
+    text = "Hello,  world!\nSecond line "
+    for chunk in ("word", "char", 4):
+        assert "".join(chunk_text(text, chunk)) == text
+    assert chunk_text("a b", "word") == ["a ", "b"]
+    assert chunk_text("abcdef", 4) == ["abcd", "ef"]
+
+
+def test_stream_plan_sends_thinking_first_on_an_absolute_schedule() -> None:
+    reply = reply_for(
+        {
+            "thinking": "hmm ok",
+            "content": "a b",
+            "stream": {"first_delay_ms": 100, "word_delay_ms": 10},
+        }
+    )
+    plan = plan_stream(reply)
+    assert [(p.kind, p.text) for p in plan] == [
+        ("thinking", "hmm "),
+        ("thinking", "ok"),
+        ("text", "a "),
+        ("text", "b"),
+    ]
+    assert [round(p.at, 3) for p in plan] == [0.1, 0.11, 0.12, 0.13]
