@@ -15,9 +15,10 @@ import yaml
 from staticagents import schema
 from staticagents.schema import DocumentInvalid, FieldError
 
+SafeLoader: Any
+SafeDumper: Any
 try:  # libyaml is several times faster on large fixtures
-    SafeLoader: type[yaml.SafeLoader] = yaml.CSafeLoader
-    SafeDumper: type[yaml.SafeDumper] = yaml.CSafeDumper
+    SafeLoader, SafeDumper = yaml.CSafeLoader, yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     SafeLoader, SafeDumper = yaml.SafeLoader, yaml.SafeDumper
 
@@ -205,7 +206,7 @@ def _line_map(text: str) -> dict[str, int]:
     return lines
 
 
-class _BlockDumper(SafeDumper):  # type: ignore[misc,valid-type]
+class _BlockDumper(SafeDumper):  # type: ignore[misc]
     """Writes multi-line strings as literal blocks, so exported tool YAML stays readable."""
 
 
