@@ -22,11 +22,20 @@ try:  # libyaml is several times faster on large fixtures
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     SafeLoader, SafeDumper = yaml.SafeLoader, yaml.SafeDumper
 
+# A 10,000-rule fixture is about 3 MB; larger files are refused before parsing.
+MAX_FIXTURE_BYTES = 20 * 1024 * 1024
+# Far more than a 10,000-rule fixture needs, far less than a YAML bomb expands to.
+MAX_EXPANDED_NODES = 5_000_000
 ADK_REPLY_KEYS = ("text", "error", "word_delay_ms", "first_delay_ms", "tool", "fail_first")
 
 
-def load_fixture(data: str | bytes, source: str = "<fixture>") -> dict[str, Any]:
+def load_fixture(
+    data: str | bytes, source: str = "<fixture>", *, max_bytes: int = MAX_FIXTURE_BYTES
+) -> dict[str, Any]:
     """Parse and validate a fixture (YAML, JSON, or the ADK test-agent format)."""
+    if len(data) > max_bytes:
+        message = f"fixture is {len(data):,} bytes; the limit is {max_bytes:,} bytes"
+        raise DocumentInvalid([FieldError("", message, "too_large")], source)
     text = _decode(data, source)
     parsed = _parse(text, source)
     try:
@@ -148,13 +157,57 @@ def _parse(text: str, source: str) -> Any:
                     [FieldError("", f"invalid JSON: {exc.msg}", "syntax", exc.lineno)], source
                 ) from None
     try:
-        return yaml.load(text, Loader=SafeLoader)
+        loader = SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                return None
+            _check_expansion(root, source)
+            return loader.construct_document(root)
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         message = f"invalid YAML: {exc.problem or exc.context}"
         raise DocumentInvalid([FieldError("", message, "syntax", line)], source) from None
     except yaml.YAMLError as exc:
         raise DocumentInvalid([FieldError("", f"invalid YAML: {exc}", "syntax")], source) from None
+
+
+def _check_expansion(root: yaml.Node, source: str) -> None:
+    """Reject documents whose aliases expand to an enormous tree (a "YAML bomb").
+
+    Aliases share nodes, so the parsed graph stays small while validating it
+    would visit every expansion; the expanded size is counted on the graph in
+    linear time, before anything walks the tree.
+    """
+    sizes: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack = [root]
+    while stack:  # post-order over the graph, each shared node once
+        node = stack.pop()
+        if id(node) in sizes:
+            continue
+        sizes[id(node)] = 0
+        order.append(node)
+        stack.extend(_children(node))
+    for node in reversed(order):
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _children(node))
+        if sizes[id(node)] > MAX_EXPANDED_NODES:
+            line = node.start_mark.line + 1
+            message = (
+                f"document expands to more than {MAX_EXPANDED_NODES:,} nodes through "
+                "aliases (a YAML bomb?)"
+            )
+            raise DocumentInvalid([FieldError("", message, "too_large", line)], source)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _looks_like_flow_yaml(exc: json.JSONDecodeError) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from staticagents.fixtures import load_fixture
+from staticagents.fixtures import MAX_FIXTURE_BYTES, load_fixture
 from staticagents.schema import DocumentInvalid
 
 
@@ -15,6 +15,11 @@ def read_fixture(path: str) -> dict[str, Any]:
     """Load and validate the fixture at ``path``; every problem becomes one line of the error."""
     file = Path(path)
     try:
+        size = file.stat().st_size
+        if size > MAX_FIXTURE_BYTES:  # refuse before reading it into memory
+            raise CommandError(
+                f"{path}: fixture is {size:,} bytes; the limit is {MAX_FIXTURE_BYTES:,} bytes"
+            )
         data = file.read_bytes()
     except OSError as exc:
         raise CommandError(f"{path}: cannot read: {exc.strerror}") from None
