@@ -36,12 +36,13 @@ def env_list(name: str, default: str) -> list[str]:
 
 
 def database_config(url: str) -> dict[str, Any]:
-    config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=600))
+    config: dict[str, Any] = dict(
+        dj_database_url.parse(url, conn_max_age=600, conn_health_checks=True)
+    )
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # WAL lets readers run beside the one writer; IMMEDIATE transactions take
         # the write lock up front, so concurrent counter updates queue instead of
         # failing with "database is locked" on a lock upgrade.
-        config["CONN_MAX_AGE"] = 0
         config["OPTIONS"] = {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             "transaction_mode": "IMMEDIATE",
@@ -101,7 +102,14 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+REDIS_URL = env_str("REDIS_URL", "")
+CHANNEL_LAYERS = {
+    "default": (
+        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        if REDIS_URL
+        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+    )
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -130,6 +138,10 @@ LOGGING = {
 # Static Agents' own settings.
 STATIC_AGENTS_FIXTURE = env_str("STATIC_AGENTS_FIXTURE", "")
 STATIC_AGENTS_DEFAULT_FIXTURE = BASE_DIR / "fixtures" / "demo.yml"
+# The control API's bearer token; when empty, `serve` creates one, stores it and prints it.
+STATIC_AGENTS_CONTROL_TOKEN = env_str("STATIC_AGENTS_CONTROL_TOKEN", "")
+# The journal keeps about this many newest entries; older ones are pruned.
+STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000)
 STATIC_AGENTS_MAX_BODY_BYTES = env_int("STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024)
 STATIC_AGENTS_MAX_STREAM_SECONDS = float(env_str("STATIC_AGENTS_MAX_STREAM_SECONDS", "120"))
 # Server-wide stream timing, used where neither the rule nor the defaults set one.

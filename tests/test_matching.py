@@ -174,3 +174,32 @@ def test_agent_types_lists_the_types_rules_name_sorted() -> None:
         {"response": {}},
     )
     assert rules.agent_types == ["error_analysis", "router"]
+
+
+def test_literal_index_keeps_rule_order_between_gated_and_free_rules() -> None:
+    rules = ruleset(
+        {"match": {"contains": "P-2"}, "response": {}},
+        {"match": {"query": "^never$"}, "response": {}},
+        {"match": {"query": "P-1"}, "response": {}},
+        {"response": {}},
+    )
+    assert matched(rules, Inquiry("solve P-1 and P-2")) == "r0"
+    assert matched(rules, Inquiry("solve P-1")) == "r2"
+    assert matched(rules, Inquiry("solve P-3")) == "r3"
+
+
+def test_literal_index_respects_agent_types() -> None:
+    rules = ruleset(
+        {"match": {"agent_type": "router", "contains": "X-1"}, "response": {}},
+        {"match": {"contains": "X-1"}, "response": {}},
+    )
+    assert matched(rules, Inquiry("X-1", agent_type="router")) == "r0"
+    assert matched(rules, Inquiry("X-1", agent_type="other")) == "r1"
+
+
+def test_only_rules_whose_literal_occurs_are_tried() -> None:
+    rules = ruleset(
+        *({"match": {"contains": f"problem-{i:04d}"}, "response": {}} for i in range(1000))
+    )
+    tried = list(rules.candidates(Inquiry("please solve problem-0999")))
+    assert [r.name for r in tried] == ["r999"]

@@ -7,10 +7,13 @@ wins; a rule without ``agent_type`` serves every type; ``query`` is an unanchore
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import ahocorasick
 
 from staticagents.core.inquiry import Inquiry
 
@@ -38,11 +41,21 @@ class CompiledRule:
     sequence: bool
     on_exhausted: str
     literals: tuple[str, ...] = ()
+    gate: str | None = None  # a literal the query must contain for this rule to match
+
+    @property
+    def sequenced(self) -> bool:
+        """Whether the reply depends on the session's position in this rule's script.
+
+        A one-reply script that fails when exhausted still counts: its second
+        match must fail.
+        """
+        return self.sequence and (len(self.responses) > 1 or self.on_exhausted == "error")
 
     @property
     def stateful(self) -> bool:
         """Whether answering needs per-session counters from the database."""
-        return len(self.responses) > 1 or any(r.get("fail_first") for r in self.responses)
+        return self.sequenced or any(r.get("fail_first") for r in self.responses)
 
     def matches(self, inquiry: Inquiry) -> bool:
         return all(p.holds(inquiry) for p in self.predicates)
@@ -58,6 +71,18 @@ class RuleVerdict:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RuleGroup:
+    """The rules that can serve one agent type, in order, split by the literal index.
+
+    ``free`` rules are always tried; a ``gated`` rule needs a literal in the
+    query, so it is tried only when the index finds that literal there.
+    """
+
+    free: tuple[CompiledRule, ...] = ()
+    gated: frozenset[int] = frozenset()
+
+
 @dataclass(frozen=True)
 class Ruleset:
     """An immutable, compiled snapshot of the rules, defaults and fallback."""
@@ -66,16 +91,29 @@ class Ruleset:
     rules: tuple[CompiledRule, ...]
     defaults: Mapping[str, Any]
     fallback: Mapping[str, Any] | None
-    by_agent_type: Mapping[str, tuple[CompiledRule, ...]] = field(default_factory=dict)
-    untyped: tuple[CompiledRule, ...] = ()
+    groups: Mapping[str, RuleGroup] = field(default_factory=dict)
+    untyped: RuleGroup = RuleGroup()
+    literals: Any = None  # Aho-Corasick automaton: literal → positions of rules gated on it
+    by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
 
-    def candidates(self, agent_type: str) -> tuple[CompiledRule, ...]:
-        """The rules that can serve ``agent_type``, in order; other types' rules never run."""
-        return self.by_agent_type.get(agent_type, self.untyped)
+    def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
+        """The rules that may answer, in order: other types' rules and rules whose
+        required literal is absent from the query are never tried."""
+        group = self.groups.get(inquiry.agent_type, self.untyped)
+        if not group.gated:
+            return group.free
+        hits = sorted(
+            {p for _, positions in self.literals.iter(inquiry.query) for p in positions}
+            & group.gated
+        )
+        if not hits:
+            return group.free
+        gated = [self.by_position[p] for p in hits]
+        return heapq.merge(group.free, gated, key=lambda rule: rule.position)
 
     @property
     def agent_types(self) -> list[str]:
-        return sorted(self.by_agent_type)
+        return sorted(self.groups)
 
 
 def compile_ruleset(
@@ -91,20 +129,47 @@ def compile_ruleset(
         for i, rule in enumerate(rules)
         if rule.get("enabled", True)
     )
-    untyped = tuple(rule for rule in compiled if rule.agent_type is None)
-    types = {rule.agent_type for rule in compiled if rule.agent_type is not None}
-    by_type = {
-        agent_type: tuple(r for r in compiled if r.agent_type in (None, agent_type))
-        for agent_type in types
+    untyped = [rule for rule in compiled if rule.agent_type is None]
+    typed: dict[str, list[CompiledRule]] = {}
+    for rule in compiled:
+        if rule.agent_type is not None:
+            typed.setdefault(rule.agent_type, []).append(rule)
+    groups = {
+        agent_type: _group(heapq.merge(untyped, own, key=lambda rule: rule.position))
+        for agent_type, own in typed.items()
     }
     return Ruleset(
         stamp=stamp,
         rules=compiled,
         defaults=dict(defaults or {}),
         fallback=dict(fallback) if fallback is not None else None,
-        by_agent_type=by_type,
-        untyped=untyped,
+        groups=groups,
+        untyped=_group(untyped),
+        literals=_literal_index(compiled),
+        by_position={rule.position: rule for rule in compiled},
     )
+
+
+def _group(rules: Iterable[CompiledRule]) -> RuleGroup:
+    ordered = list(rules)
+    return RuleGroup(
+        free=tuple(rule for rule in ordered if rule.gate is None),
+        gated=frozenset(rule.position for rule in ordered if rule.gate is not None),
+    )
+
+
+def _literal_index(rules: Sequence[CompiledRule]) -> Any:
+    gates: dict[str, list[int]] = {}
+    for rule in rules:
+        if rule.gate is not None:
+            gates.setdefault(rule.gate, []).append(rule.position)
+    if not gates:
+        return None
+    automaton = ahocorasick.Automaton()
+    for literal, positions in gates.items():
+        automaton.add_word(literal, tuple(positions))
+    automaton.make_automaton()
+    return automaton
 
 
 def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> CompiledRule:
@@ -120,12 +185,13 @@ def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> Comp
         sequence=sequence,
         on_exhausted=str(rule.get("on_exhausted", "repeat_last")),
         literals=_literals(match),
+        gate=_gate(match),
     )
 
 
 def match_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> CompiledRule | None:
     """The first enabled rule whose every predicate holds, or None (the fallback answers)."""
-    for rule in ruleset.candidates(inquiry.agent_type):
+    for rule in ruleset.candidates(inquiry):
         if rule.matches(inquiry):
             return rule
     return None
@@ -258,6 +324,19 @@ def _literals(match: Mapping[str, Any]) -> tuple[str, ...]:
     if contains is None:
         return ()
     return (contains,) if isinstance(contains, str) else tuple(contains)
+
+
+REGEX_SYNTAX = frozenset(".^$*+?{}[]\\|()")
+
+
+def _gate(match: Mapping[str, Any]) -> str | None:
+    """The longest literal the query must contain: from ``contains``, or a ``query``
+    pattern that has no regex syntax at all (so it matches itself literally)."""
+    required = list(_literals(match))
+    query = match.get("query")
+    if isinstance(query, str) and query and not REGEX_SYNTAX.intersection(query):
+        required.append(query)
+    return max(required, key=len) if required else None
 
 
 def _clip(text: str, limit: int = 80) -> str:
