@@ -16,6 +16,7 @@ from typing import Any
 import ahocorasick
 
 from staticagents.core.inquiry import Inquiry
+from staticagents.core.literals import Gate, required_literal
 
 # Regexes run on at most this many characters of any text, so no inquiry can make
 # a rule's pattern take unbounded time (issue: hostile input).
@@ -41,7 +42,7 @@ class CompiledRule:
     sequence: bool
     on_exhausted: str
     literals: tuple[str, ...] = ()
-    gate: str | None = None  # a literal the query must contain for this rule to match
+    gate: Gate | None = None  # a literal the query must contain for this rule to match
 
     @property
     def sequenced(self) -> bool:
@@ -94,6 +95,8 @@ class Ruleset:
     groups: Mapping[str, RuleGroup] = field(default_factory=dict)
     untyped: RuleGroup = RuleGroup()
     literals: Any = None  # Aho-Corasick automaton: literal → positions of rules gated on it
+    folded_literals: Any = None  # the same for case-insensitive literals, over query.lower()
+    folded_gated: frozenset[int] = frozenset()
     by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
 
     def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
@@ -102,14 +105,28 @@ class Ruleset:
         group = self.groups.get(inquiry.agent_type, self.untyped)
         if not group.gated:
             return group.free
-        hits = sorted(
-            {p for _, positions in self.literals.iter(inquiry.query) for p in positions}
-            & group.gated
-        )
+        hits = sorted(self._found(inquiry.query) & group.gated)
         if not hits:
             return group.free
         gated = [self.by_position[p] for p in hits]
         return heapq.merge(group.free, gated, key=lambda rule: rule.position)
+
+    def _found(self, query: str) -> set[int]:
+        """Positions of gated rules whose literal occurs in ``query``."""
+        found: set[int] = set()
+        if self.literals is not None:
+            found.update(p for _, positions in self.literals.iter(query) for p in positions)
+        if self.folded_literals is not None:
+            if query.isascii():
+                lowered = query.lower()
+                found.update(
+                    p for _, positions in self.folded_literals.iter(lowered) for p in positions
+                )
+            else:
+                # Case-insensitive regexes match some non-ASCII letters that lower()
+                # does not map (dotless i, long s): try every folded rule instead.
+                found.update(self.folded_gated)
+        return found
 
     @property
     def agent_types(self) -> list[str]:
@@ -145,7 +162,9 @@ def compile_ruleset(
         fallback=dict(fallback) if fallback is not None else None,
         groups=groups,
         untyped=_group(untyped),
-        literals=_literal_index(compiled),
+        literals=_literal_index([r for r in compiled if r.gate and not r.gate.folded]),
+        folded_literals=_literal_index([r for r in compiled if r.gate and r.gate.folded]),
+        folded_gated=frozenset(r.position for r in compiled if r.gate and r.gate.folded),
         by_position={rule.position: rule for rule in compiled},
     )
 
@@ -162,7 +181,7 @@ def _literal_index(rules: Sequence[CompiledRule]) -> Any:
     gates: dict[str, list[int]] = {}
     for rule in rules:
         if rule.gate is not None:
-            gates.setdefault(rule.gate, []).append(rule.position)
+            gates.setdefault(rule.gate.literal, []).append(rule.position)
     if not gates:
         return None
     automaton = ahocorasick.Automaton()
@@ -326,17 +345,13 @@ def _literals(match: Mapping[str, Any]) -> tuple[str, ...]:
     return (contains,) if isinstance(contains, str) else tuple(contains)
 
 
-REGEX_SYNTAX = frozenset(".^$*+?{}[]\\|()")
-
-
-def _gate(match: Mapping[str, Any]) -> str | None:
-    """The longest literal the query must contain: from ``contains``, or a ``query``
-    pattern that has no regex syntax at all (so it matches itself literally)."""
-    required = list(_literals(match))
+def _gate(match: Mapping[str, Any]) -> Gate | None:
+    """The longest literal the query must contain, from ``contains`` or the ``query`` regex."""
+    gates = [Gate(literal) for literal in _literals(match)]
     query = match.get("query")
-    if isinstance(query, str) and query and not REGEX_SYNTAX.intersection(query):
-        required.append(query)
-    return max(required, key=len) if required else None
+    if isinstance(query, str) and (from_regex := required_literal(query)) is not None:
+        gates.append(from_regex)
+    return max(gates, key=lambda gate: (not gate.folded, len(gate.literal)), default=None)
 
 
 def _clip(text: str, limit: int = 80) -> str:
