@@ -21,6 +21,7 @@ PATTERNS = [
     "(?i)straße",
     "(?x) s p a c e",
     "a(?i:BCD)e",
+    "(?i)sesame",
     "\\bend$",
 ]
 WORDS = [
@@ -43,6 +44,9 @@ WORDS = [
     "aBcDe",
     "end",
     "\u0131",  # dotless i: matches (?i)i
+    "top\u0131c 12",
+    "\u017fesame",
+    "SESAME",
     "\u0130",
     "\u212a",  # Kelvin sign: matches (?i)k
 ]
@@ -55,7 +59,7 @@ def linear_match(ruleset, inquiry):  # type: ignore[no-untyped-def]
     return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(
     rules=st.lists(
         st.tuples(
@@ -89,3 +93,13 @@ def test_required_literals_are_found_only_where_certain() -> None:
     assert required_literal("hello|hi") is None
     assert required_literal("a(?i:BCD)e") is None
     assert required_literal("[abc]def") == Gate("def")
+
+
+def test_case_insensitive_rules_still_match_non_ascii_case_variants() -> None:
+    # Python's re matches "(?i)s" against a long s and "(?i)i" against a dotless i,
+    # which str.lower() does not map: the index must not skip such rules.
+    for pattern, query in [("(?i)sesame", "\u017fesame"), ("(?i)^topic 12", "top\u0131c 12")]:
+        ruleset = compile_ruleset(
+            stamp="t", rules=[{"name": "r", "match": {"query": pattern}, "response": {}}]
+        )
+        assert match_inquiry(ruleset, Inquiry(query)) is not None, (pattern, query)
