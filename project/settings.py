@@ -7,6 +7,7 @@ embedded setup (a SQLite file and the in-memory channel layer).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,9 @@ def database_config(url: str) -> dict[str, Any]:
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
         }
-        config["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
+        # A file (not memory), so the test server's threads share it; one per test
+        # run, so runs side by side never share a database.
+        config["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), f"sa-test-{os.getpid()}.db")}
     return config
 
 

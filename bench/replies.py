@@ -1,0 +1,135 @@
+"""Replies: non-streaming chat completions per second, side by side in one run.
+
+Our service (matching and journal on) against the same bytes from a raw ASGI
+app under the same server, against aimock serving an equivalent fixture (when
+Node is present), and against our own service with the journal off; plus
+Galaxy's /api/ai/agents/query and our service with two workers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.servers import CACHE, Load, Server, serve, wrk
+
+RULES = 100  # the answering rule is the last of them
+QUESTION = "hello bench, how are you?"
+ANSWER = "Hello from the bench. This reply is the same every time."
+AIMOCK_VERSION = "1.43.0"
+
+
+def fixtures(directory: Path) -> tuple[Path, Path]:
+    """Equivalent fixtures for us and for aimock: RULES rules, the last one answers."""
+    topics = [f"bench-topic-{i:03d}" for i in range(RULES - 1)]
+    ours = {"rules": [
+        *({"name": t, "match": {"contains": t}, "response": {"content": f"About {t}."}}
+          for t in topics),
+        {"name": "hello", "match": {"contains": "hello bench"}, "response": {"content": ANSWER}},
+    ]}
+    theirs = {"fixtures": [
+        *({"match": {"userMessage": t}, "response": {"content": f"About {t}."}} for t in topics),
+        {"match": {"userMessage": "hello bench"}, "response": {"content": ANSWER}},
+    ]}
+    (directory / "ours.yml").write_text(yaml.safe_dump(ours, sort_keys=False))
+    (directory / "aimock.json").write_text(json.dumps(theirs))
+    return directory / "ours.yml", directory / "aimock.json"
+
+
+def request_bodies(directory: Path) -> tuple[Path, Path]:
+    openai = {"model": "static", "messages": [{"role": "user", "content": QUESTION}]}
+    galaxy = {"query": QUESTION, "agent_type": "router"}
+    (directory / "openai.json").write_text(json.dumps(openai))
+    (directory / "galaxy.json").write_text(json.dumps(galaxy))
+    return directory / "openai.json", directory / "galaxy.json"
+
+
+def aimock(fixture: Path) -> Server | str:
+    """aimock under Node, installed with npm into bench/.cache; or why it cannot run."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        return "Node.js/npm not found: aimock skipped"
+    package = CACHE / "aimock"
+    cli = package / "node_modules" / "@copilotkit" / "aimock" / "dist" / "cli.js"
+    if not cli.exists():
+        package.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            ["npm", "install", "--silent", "--prefix", str(package),
+             f"@copilotkit/aimock@{AIMOCK_VERSION}"],
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            return f"npm install of aimock failed: {result.stderr.strip()[:200]}"
+    return Server("aimock", ["node", str(cli), "-p", "{port}", "-f", str(fixture),
+                             "--log-level", "silent"], ready_path="/health")
+
+
+def measure(server: Server, path: str, body: Path, seconds: int, connections: int) -> Load:
+    with server:
+        check = httpx.post(server.url + path, content=body.read_bytes(),
+                           headers={"content-type": "application/json"})
+        check.raise_for_status()
+        wrk(server.url + path, body, seconds=1, connections=connections)  # warm up
+        return wrk(server.url + path, body, seconds=seconds, connections=connections)
+
+
+def run(seconds: int = 10, connections: int = 32) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="sa-bench-") as tmp:
+        directory = Path(tmp)
+        ours_fixture, aimock_fixture = fixtures(directory)
+        openai_body, galaxy_body = request_bodies(directory)
+        db = directory / "db.sqlite3"
+        results: dict[str, Load | str] = {}
+        ours = serve("static-agents", db, ours_fixture)
+        results["static-agents (journal on)"] = measure(
+            ours, "/v1/chat/completions", openai_body, seconds, connections)
+        with ours:  # the exact bytes we answer, for the raw ASGI app
+            reply = httpx.post(ours.url + "/v1/chat/completions",
+                               content=openai_body.read_bytes()).content
+        (directory / "reply.json").write_bytes(reply)
+        raw = Server("raw-asgi", [sys.executable, "-m", "uvicorn", "bench.raw_asgi:app",
+                                  "--port", "{port}", "--log-level", "warning",
+                                  "--no-access-log", "--lifespan", "off"],
+                     env={"BENCH_RAW_BODY_FILE": str(directory / "reply.json")})
+        results["raw ASGI app, same bytes"] = measure(
+            raw, "/v1/chat/completions", openai_body, seconds, connections)
+        peer = aimock(aimock_fixture)
+        results["aimock"] = peer if isinstance(peer, str) else measure(
+            peer, "/v1/chat/completions", openai_body, seconds, connections)
+        quiet = serve("static-agents", db, ours_fixture, env={"STATIC_AGENTS_JOURNAL": "off"})
+        results["static-agents (journal off)"] = measure(
+            quiet, "/v1/chat/completions", openai_body, seconds, connections)
+        results["static-agents, Galaxy /api/ai/agents/query"] = measure(
+            serve("static-agents", db, ours_fixture), "/api/ai/agents/query", galaxy_body,
+            seconds, connections)
+        results["static-agents, 2 workers"] = measure(
+            serve("static-agents", db, ours_fixture, workers=2), "/v1/chat/completions",
+            openai_body, seconds, connections)
+    return table(results)
+
+
+def table(results: dict[str, Load | str]) -> list[dict[str, Any]]:
+    ours = results["static-agents (journal on)"]
+    assert isinstance(ours, Load)
+    rows = []
+    for name, load in results.items():
+        if isinstance(load, str):
+            rows.append({"server": name, "req/s": "-", "p50 ms": "-", "p99 ms": "-",
+                         "errors": "-", "ours ÷ this": load})
+            continue
+        rows.append({
+            "server": name,
+            "req/s": round(load.requests_per_second),
+            "p50 ms": round(load.p50_ms, 2),
+            "p99 ms": round(load.p99_ms, 2),
+            "errors": load.errors,
+            "ours ÷ this": round(ours.requests_per_second / load.requests_per_second, 2),
+        })
+    return rows

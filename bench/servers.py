@@ -1,0 +1,122 @@
+"""Start and stop the servers a benchmark compares, and drive wrk against them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "bench" / ".cache"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A server process on a free port, stopped with SIGINT (a graceful shutdown)."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    ready_path: str = "/"
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> Server:
+        command = [part.replace("{port}", str(self.port)) for part in self.command]
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.process.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                httpx.get(self.url + self.ready_path, timeout=1)
+                return self
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not start within {timeout} s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(name: str, database: Path, fixture: Path, *, workers: int = 1,
+          env: dict[str, str] | None = None) -> Server:
+    """Our service through `manage.py serve`, with its production settings."""
+    return Server(
+        name,
+        [sys.executable, "manage.py", "serve", "--port", "{port}", "--workers", str(workers),
+         "--fixture", str(fixture)],
+        env={"DATABASE_URL": f"sqlite:///{database}", "DEBUG": "false",
+             "STATIC_AGENTS_CONTROL_TOKEN": "bench", **(env or {})},
+        ready_path="/v1/models",
+    )
+
+
+@dataclass(frozen=True)
+class Load:
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def wrk(url: str, body: Path, *, seconds: int, connections: int, threads: int = 2) -> Load:
+    """Drive ``url`` with wrk, POSTing ``body``; requests/s and latency percentiles."""
+    if shutil.which("wrk") is None:
+        raise RuntimeError("wrk is not installed: apt-get install wrk")
+    output = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
+         "-s", str(ROOT / "bench" / "post.lua"), url],
+        env={**os.environ, "BENCH_BODY_FILE": str(body)},
+        capture_output=True, text=True, check=True,
+    ).stdout
+    errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", output))
+    errors += sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", output))
+    return Load(
+        requests_per_second=float(re.search(r"Requests/sec:\s+([\d.]+)", output)[1]),  # type: ignore[index]
+        p50_ms=_latency(output, "50%"),
+        p99_ms=_latency(output, "99%"),
+        errors=errors,
+    )
+
+
+def _latency(output: str, percentile: str) -> float:
+    match = re.search(rf"^\s*{percentile}\s+([\d.]+)(us|ms|s)\s*$", output, re.MULTILINE)
+    if match is None:
+        return float("nan")
+    value, unit = float(match[1]), match[2]
+    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value

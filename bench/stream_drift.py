@@ -1,0 +1,176 @@
+"""Stream timing: how far real chunk arrival drifts from the script, many streams at once.
+
+Starts ``manage.py serve`` on a scratch database with one rule (WORDS words, a
+word every DELAY ms), opens STREAMS concurrent streams on the OpenAI (or
+Anthropic) route, and for every content chunk measures
+
+    drift = arrival time - (stream start + scripted offset)
+
+where the stream start is the arrival of the stream's first event (sent at
+offset 0, before any content) and the scripted offset is
+``first_delay + i * word_delay``. Reports p50/p90/p99/max of the drift, and the
+time to the first event (which includes matching and the journal write).
+
+The client reads raw sockets on one asyncio loop so that its own overhead stays
+small; it shares the machine's cores with the server, as a test suite would.
+
+    python -m bench.stream_drift [--streams 100] [--words 50] [--delay-ms 10]
+                                 [--first-ms 0] [--dialect openai|anthropic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bench.servers import serve
+
+QUERY = "#drift"
+# Bytes that occur once per content chunk, and once in the stream's first event.
+CONTENT_MARKERS = {"openai": b'"delta":{"content":', "anthropic": b'"type":"text_delta"'}
+FIRST_MARKERS = {"openai": b'"role":"assistant"', "anthropic": b'"type":"message_start"'}
+
+
+@dataclass
+class Stream:
+    sent: float = 0.0
+    first: float | None = None
+    chunks: list[float] = field(default_factory=list)
+    complete: bool = False
+
+
+def fixture(directory: Path, words: int, delay_ms: int, first_ms: int) -> Path:
+    content = " ".join(f"word{i}" for i in range(1, words + 1))
+    rule = {
+        "name": "drift",
+        "match": {"contains": QUERY},
+        "response": {
+            "content": content,
+            "stream": {"first_delay_ms": first_ms, "word_delay_ms": delay_ms},
+        },
+    }
+    path = directory / "drift.yml"
+    path.write_text(yaml.safe_dump({"rules": [rule]}))
+    return path
+
+
+def request(dialect: str, port: int, session: int) -> bytes:
+    if dialect == "openai":
+        path, body = (
+            "/v1/chat/completions",
+            {"model": "bench", "stream": True, "messages": [{"role": "user", "content": QUERY}]},
+        )
+    else:
+        path, body = (
+            "/v1/messages",
+            {
+                "model": "bench",
+                "max_tokens": 100,
+                "stream": True,
+                "messages": [{"role": "user", "content": QUERY}],
+            },
+        )
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        f"X-Static-Session: drift-{session}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + payload
+
+
+async def run_stream(dialect: str, port: int, session: int, stream: Stream) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    content, first = CONTENT_MARKERS[dialect], FIRST_MARKERS[dialect]
+    tail = b""
+    stream.sent = time.perf_counter()
+    writer.write(request(dialect, port, session))
+    await writer.drain()
+    while data := await reader.read(65536):
+        now = time.perf_counter()
+        window = tail + data  # a marker may straddle two reads
+        if stream.first is None and first in window:
+            stream.first = now
+        stream.chunks += [now] * window.count(content)
+        tail = window[-(len(content) - 1) :]
+        if b"[DONE]" in data or b"message_stop" in data:
+            stream.complete = True
+    writer.close()
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def drifts(streams: list[Stream], words: int, delay_ms: int, first_ms: int) -> list[float]:
+    result = []
+    for stream in streams:
+        assert stream.first is not None
+        for index, arrival in enumerate(stream.chunks[:words]):
+            scripted = (first_ms + index * delay_ms) / 1000
+            result.append((arrival - stream.first - scripted) * 1000)
+    return result
+
+
+def report(streams: list[Stream], args: argparse.Namespace, elapsed: float) -> None:
+    complete = sum(1 for s in streams if s.complete and len(s.chunks) == args.words)
+    values = drifts(streams, args.words, args.delay_ms, args.first_ms)
+    ttfb = [((s.first or s.sent) - s.sent) * 1000 for s in streams]
+    script_ms = args.first_ms + (args.words - 1) * args.delay_ms
+    print(
+        f"{args.streams} concurrent {args.dialect} streams, {args.words} words every "
+        f"{args.delay_ms} ms (script {script_ms} ms); {complete}/{args.streams} complete "
+        f"in {elapsed:.2f} s; {len(values)} chunks"
+    )
+    print(
+        "drift (arrival - scripted), ms: "
+        + "  ".join(
+            f"{name} {percentile(values, share):.2f}"
+            for name, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+        )
+        + f"  max {max(values):.2f}  min {min(values):.2f}  mean {statistics.fmean(values):.2f}"
+    )
+    print(
+        "time to first event, ms: "
+        + "  ".join(
+            f"{name} {percentile(ttfb, share):.1f}" for name, share in (("p50", 0.5), ("p99", 0.99))
+        )
+        + f"  max {max(ttfb):.1f}"
+    )
+
+
+async def measure(args: argparse.Namespace, port: int) -> tuple[list[Stream], float]:
+    streams = [Stream() for _ in range(args.streams)]
+    await run_stream(args.dialect, port, -1, Stream())  # warm up: snapshot, connections
+    started = time.perf_counter()
+    await asyncio.gather(*(run_stream(args.dialect, port, i, s) for i, s in enumerate(streams)))
+    return streams, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--words", type=int, default=50)
+    parser.add_argument("--delay-ms", type=int, default=10)
+    parser.add_argument("--first-ms", type=int, default=0)
+    parser.add_argument("--dialect", choices=sorted(CONTENT_MARKERS), default="openai")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        rules = fixture(directory, args.words, args.delay_ms, args.first_ms)
+        with serve("static-agents", directory / "drift.sqlite3", rules) as server:
+            streams, elapsed = asyncio.run(measure(args, server.port))
+    report(streams, args, elapsed)
+
+
+if __name__ == "__main__":
+    main()
