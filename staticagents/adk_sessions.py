@@ -1,0 +1,130 @@
+"""Google ADK sessions in the database: create, read, list, delete, append events.
+
+Sessions are shared by every worker process, so they live in the database, not
+in memory. Events are rows of their own: appending one is an insert, so two
+requests on one session never overwrite each other's events.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from staticagents.models import AdkEvent, AdkSession
+
+
+class SessionExists(Exception):
+    """``POST .../sessions`` named an id that is taken."""
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    pk: int
+    session_id: str
+    app: str
+    user: str
+    state: dict[str, Any]
+    last_update_time: float
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _stored(row: AdkSession, *, with_events: bool) -> StoredSession:
+    events = list(row.events.values_list("payload", flat=True)) if with_events else []
+    return StoredSession(
+        pk=row.pk,
+        session_id=row.session_id,
+        app=row.app,
+        user=row.user,
+        state=dict(row.state),
+        last_update_time=row.updated_at.timestamp(),
+        events=events,
+    )
+
+
+def create_session(
+    *,
+    app: str,
+    user: str,
+    session_id: str | None = None,
+    state: Mapping[str, Any] | None = None,
+    events: Iterable[Mapping[str, Any]] = (),
+) -> StoredSession:
+    """A new session; a random id (a UUID, as ADK uses) when none is given."""
+    try:
+        with transaction.atomic():
+            row = AdkSession.objects.create(
+                app=app,
+                user=user,
+                session_id=session_id or str(uuid.uuid4()),
+                state=dict(state or {}),
+            )
+            AdkEvent.objects.bulk_create([AdkEvent(session=row, payload=dict(e)) for e in events])
+    except IntegrityError:
+        raise SessionExists(session_id) from None
+    return _stored(row, with_events=True)
+
+
+def get_session(*, app: str, user: str, session_id: str) -> StoredSession | None:
+    row = AdkSession.objects.filter(app=app, user=user, session_id=session_id).first()
+    return _stored(row, with_events=True) if row else None
+
+
+def list_sessions(*, app: str, user: str) -> list[StoredSession]:
+    """The user's sessions of ``app``, without their events (as ADK lists them)."""
+    rows = AdkSession.objects.filter(app=app, user=user)
+    return [_stored(row, with_events=False) for row in rows]
+
+
+def delete_session(*, app: str, user: str, session_id: str) -> None:
+    AdkSession.objects.filter(app=app, user=user, session_id=session_id).delete()
+
+
+def open_session(
+    *, app: str, user: str, session_id: str, state_delta: Mapping[str, Any] | None = None
+) -> StoredSession:
+    """The session a run appends to, created if it does not exist yet, with the delta applied.
+
+    Creating it on first use is ``adk api_server --auto_create_session``: a
+    test can run an agent without a separate create call.
+    """
+    with transaction.atomic():
+        row, _ = AdkSession.objects.select_for_update().get_or_create(
+            app=app, user=user, session_id=session_id
+        )
+        if state_delta:
+            row.state = {**row.state, **state_delta}
+            row.save(update_fields=["state", "updated_at"])
+        return _stored(row, with_events=True)
+
+
+def update_state(
+    *,
+    app: str,
+    user: str,
+    session_id: str,
+    state_delta: Mapping[str, Any],
+    event: Mapping[str, Any],
+) -> StoredSession | None:
+    """Apply ``state_delta`` and record ``event`` for it; None when there is no such session."""
+    with transaction.atomic():
+        row = (
+            AdkSession.objects.select_for_update()
+            .filter(app=app, user=user, session_id=session_id)
+            .first()
+        )
+        if row is None:
+            return None
+        row.state = {**row.state, **state_delta}
+        row.save(update_fields=["state", "updated_at"])
+        AdkEvent.objects.create(session=row, payload=dict(event))
+        return _stored(row, with_events=True)
+
+
+def append_events(session_pk: int, events: Iterable[Mapping[str, Any]]) -> None:
+    AdkEvent.objects.bulk_create([AdkEvent(session_id=session_pk, payload=dict(e)) for e in events])
+    AdkSession.objects.filter(pk=session_pk).update(updated_at=timezone.now())

@@ -1,0 +1,131 @@
+"""The WebSocket chat route, ``/ws/chat/``, on a Channels consumer.
+
+One connection carries any number of inquiries, answered one after another in
+the order they arrive: a message sent while a reply is still streaming waits in
+a queue (at most ``QUEUE_LIMIT``; beyond that it is refused at once with an
+``error`` event) and is answered after the current reply's ``done``. Every
+event of a reply is sent at its scripted offset from the start of that reply's
+stream, so late sends never push later ones back. A client that disconnects
+stops its stream at once and its journal entry is marked cancelled; a stream
+that would outlast ``STATIC_AGENTS_MAX_STREAM_SECONDS`` is cut off there.
+
+``turn`` counts the inquiries of one session on this connection, this one
+included. The session is the handshake's ``X-Static-Session`` header, else the
+message's ``session``, else the global session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.urls import path
+
+from staticagents.answering import Answer, answer_inquiry, mark_cancelled
+from staticagents.core.inquiry import session_key
+from staticagents.dialects import websocket as dialect
+
+log = logging.getLogger(__name__)
+
+ROUTE = "/ws/chat/"
+QUEUE_LIMIT = 32
+
+Frame = tuple[str | None, bytes | None]
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    # The chat route never uses the channel layer; skipping it saves a channel per socket.
+    channel_layer_alias = "__none__"
+
+    async def connect(self) -> None:
+        self.inbox: asyncio.Queue[Frame] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self.turns: dict[str, int] = {}
+        self.entry_id: int | None = None  # the journal entry of the reply now streaming
+        self.worker = asyncio.ensure_future(self.work())
+        await self.accept()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            self.inbox.put_nowait((text_data, bytes_data))
+        except asyncio.QueueFull:
+            message = f"{QUEUE_LIMIT} inquiries are already waiting: send more after a done event"
+            await self.send_event(dialect.error_event("busy", message, 429))
+
+    async def disconnect(self, code: int) -> None:
+        self.worker.cancel()
+        streaming, self.entry_id = self.entry_id, None
+        if streaming is not None:
+            await database_sync_to_async(mark_cancelled)(streaming, "cancelled")
+
+    async def send_event(self, event: dict[str, Any]) -> None:
+        await self.send(text_data=orjson.dumps(event).decode())
+
+    # -- the inquiries, one at a time -------------------------------------------------
+
+    async def work(self) -> None:
+        while True:
+            text, data = await self.inbox.get()
+            try:
+                await self.answer(text, data)
+            except Exception:
+                log.exception("answering a WebSocket inquiry failed")
+                await self.send_event(
+                    dialect.error_event("api_error", "internal error in Static Agents", 500)
+                )
+            finally:
+                self.entry_id = None
+
+    async def answer(self, text: str | None, data: bytes | None) -> None:
+        try:
+            message = dialect.parse_message(text, data)
+        except dialect.MessageInvalid as exc:
+            await self.send_event(
+                dialect.error_event("invalid_request", exc.message, 400, exc.request_id)
+            )
+            return
+        session = session_key(self.handshake_headers, message.session)
+        self.turns[session] = turn = self.turns.get(session, 0) + 1
+        inquiry = dialect.build_inquiry(
+            message, session=session, turn=turn, headers=self.handshake_headers
+        )
+        body = text if text is not None else (data or b"").decode("utf-8", "replace")
+        answer: Answer = await database_sync_to_async(answer_inquiry)(
+            inquiry, route=ROUTE, body=body
+        )
+        self.entry_id = answer.entry_id
+        events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
+        await self.stream(events, message.request_id)
+
+    async def stream(
+        self, events: Sequence[dialect.TimedEvent], request_id: str | int | None
+    ) -> None:
+        """Send each event at its offset from now; cut off at the configured maximum."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+        for timed in events:
+            if timed.at > limit:
+                await asyncio.sleep(max(0.0, start + limit - loop.time()))
+                await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                await self.send_event(dialect.cut_off_event(limit, request_id))
+                return
+            delay = start + timed.at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.send_event(timed.event)
+
+    @property
+    def handshake_headers(self) -> dict[str, str]:
+        return {
+            k.decode("latin-1").lower(): v.decode("latin-1")
+            for k, v in self.scope.get("headers", [])
+        }
+
+
+websocket_routes = [path("ws/chat/", ChatConsumer.as_asgi())]
