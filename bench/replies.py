@@ -85,9 +85,9 @@ def run(seconds: int = 10, connections: int = 32) -> list[dict[str, Any]]:
         directory = Path(tmp)
         ours_fixture, aimock_fixture = fixtures(directory)
         openai_body, galaxy_body = request_bodies(directory)
-        db = directory / "db.sqlite3"
+        db = f"sqlite:///{directory / 'db.sqlite3'}"
         results: dict[str, Load | str] = {}
-        ours = serve("static-agents", db, ours_fixture)
+        ours = serve("static-agents", database_url=db, fixture=ours_fixture)
         results["static-agents (journal on)"] = measure(
             ours, "/v1/chat/completions", openai_body, seconds, connections)
         with ours:  # the exact bytes we answer, for the raw ASGI app
@@ -103,14 +103,16 @@ def run(seconds: int = 10, connections: int = 32) -> list[dict[str, Any]]:
         peer = aimock(aimock_fixture)
         results["aimock"] = peer if isinstance(peer, str) else measure(
             peer, "/v1/chat/completions", openai_body, seconds, connections)
-        quiet = serve("static-agents", db, ours_fixture, env={"STATIC_AGENTS_JOURNAL": "off"})
+        quiet = serve("static-agents", database_url=db, fixture=ours_fixture,
+                      env={"STATIC_AGENTS_JOURNAL": "off"})
         results["static-agents (journal off)"] = measure(
             quiet, "/v1/chat/completions", openai_body, seconds, connections)
         results["static-agents, Galaxy /api/ai/agents/query"] = measure(
-            serve("static-agents", db, ours_fixture), "/api/ai/agents/query", galaxy_body,
+            serve("static-agents", database_url=db, fixture=ours_fixture), "/api/ai/agents/query", galaxy_body,
             seconds, connections)
         results["static-agents, 2 workers"] = measure(
-            serve("static-agents", db, ours_fixture, workers=2), "/v1/chat/completions",
+            serve("static-agents", database_url=db, fixture=ours_fixture, workers=2),
+            "/v1/chat/completions",
             openai_body, seconds, connections)
     return table(results)
 

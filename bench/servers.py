@@ -73,14 +73,22 @@ class Server:
         self.stop()
 
 
-def serve(name: str, database: Path, fixture: Path, *, workers: int = 1,
-          env: dict[str, str] | None = None) -> Server:
+def serve(
+    name: str,
+    *,
+    database_url: str,
+    fixture: Path | None = None,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+) -> Server:
     """Our service through `manage.py serve`, with its production settings."""
+    command = [sys.executable, "manage.py", "serve", "--port", "{port}", "--workers", str(workers)]
+    if fixture is not None:
+        command += ["--fixture", str(fixture)]
     return Server(
         name,
-        [sys.executable, "manage.py", "serve", "--port", "{port}", "--workers", str(workers),
-         "--fixture", str(fixture)],
-        env={"DATABASE_URL": f"sqlite:///{database}", "DEBUG": "false",
+        command,
+        env={"DATABASE_URL": database_url, "DEBUG": "false", "STATIC_AGENTS_FIXTURE": "",
              "STATIC_AGENTS_CONTROL_TOKEN": "bench", **(env or {})},
         ready_path="/v1/models",
     )

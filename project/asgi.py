@@ -7,10 +7,12 @@ Django (DESIGN section 1).
 
 import os
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-django_application = get_asgi_application()
+# The admin's CSS and JS come straight from the installed apps (no collectstatic, any DEBUG).
+django_application = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402

@@ -6,4 +6,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("staticagents.api.urls")),
+    path("control/", include("staticagents.api.control_urls")),
 ]

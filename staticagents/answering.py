@@ -7,21 +7,28 @@ renders the Reply in its own dialect.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from staticagents.core.inquiry import Inquiry, mask_headers
 from staticagents.core.matching import CompiledRule, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.models import JournalEntry, SessionCounter
 from staticagents.selectors import active_ruleset
+from staticagents.services import prune_journal
 
 SEQUENCE_KEY = "seq"
+
+# Journal entries written by this process; pruning runs on every n-th one, so the
+# reply path pays for it rarely and never with an extra query per request.
+_recorded = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -38,10 +45,14 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
     reply = build_reply(ruleset, inquiry, rule, step)
     diagnosis = None
-    if rule is None:
+    if rule is None:  # "why did nothing match" is then one journal read away
         diagnosis = [asdict(v) for v in explain_inquiry(ruleset, inquiry)]
     entry = record_inquiry(
-        inquiry, reply, route=route, body=body, diagnosis=diagnosis,
+        inquiry,
+        reply,
+        route=route,
+        body=body,
+        diagnosis=diagnosis,
         duration_ms=(time.perf_counter() - started) * 1000,
     )
     return Answer(reply, entry.pk)
@@ -50,41 +61,58 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
 def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
     """Advance the session's counters for ``rule``, atomically, and say which reply is due.
 
-    A fail-first attempt does not advance a sequence: the failures come first,
-    then the reply that position scripts.
+    The sequence row is locked for the whole transaction (SELECT ... FOR UPDATE
+    on PostgreSQL, an IMMEDIATE transaction on SQLite), so concurrent requests
+    in any number of processes each get their own position. A fail-first
+    attempt does not advance the sequence: the failures come first, then the
+    reply that position scripts.
     """
     with transaction.atomic():
-        index = _peek(inquiry.session, rule.name, SEQUENCE_KEY) if len(rule.responses) > 1 else 0
-        current = rule.responses[min(index, len(rule.responses) - 1)]
-        fail_first = int(current.get("fail_first") or 0)
-        if fail_first and index < len(rule.responses):
-            attempt = _increment(inquiry.session, rule.name, f"fail:{index}:{_digest(inquiry.query)}")
-            if attempt <= fail_first:
-                return Step(index=index, failing=True)
-        if len(rule.responses) > 1:
-            index = _increment(inquiry.session, rule.name, SEQUENCE_KEY) - 1
+        index = _locked_count(inquiry.session, rule.name, SEQUENCE_KEY) if rule.sequenced else 0
+        if _fails_first(rule, index, inquiry):
+            return Step(index=index, failing=True)
+        if rule.sequenced:
+            _counter(inquiry.session, rule.name, SEQUENCE_KEY).update(count=F("count") + 1)
         return Step(index=index)
 
 
-def _peek(session: str, rule: str, key: str) -> int:
+def _fails_first(rule: CompiledRule, index: int, inquiry: Inquiry) -> bool:
+    """Whether this attempt is one of the first N for this query at this step."""
+    if index >= len(rule.responses) and rule.on_exhausted == "error":
+        return False  # the script is over: it fails as exhausted, not as flaky
+    position = min(index, len(rule.responses) - 1)
+    limit = int(rule.responses[position].get("fail_first") or 0)
+    if not limit:
+        return False
+    # Keyed by the query, so a question with something new in it fails afresh.
+    key = f"fail:{position}:{_digest(inquiry.query)}"
+    return _increment(inquiry.session, rule.name, key) <= limit
+
+
+def _counter(session: str, rule: str, key: str) -> QuerySet[SessionCounter]:
+    return SessionCounter.objects.filter(session=session, rule=rule, key=key)
+
+
+def _ensure_counter(session: str, rule: str, key: str) -> None:
     SessionCounter.objects.bulk_create(
         [SessionCounter(session=session, rule=rule, key=key, count=0)], ignore_conflicts=True
     )
-    return (
-        SessionCounter.objects.select_for_update()
-        .values_list("count", flat=True)
-        .get(session=session, rule=rule, key=key)
-    )
+
+
+def _locked_count(session: str, rule: str, key: str) -> int:
+    _ensure_counter(session, rule, key)
+    locked = _counter(session, rule, key).select_for_update()
+    count: int = locked.values_list("count", flat=True).get()
+    return count
 
 
 def _increment(session: str, rule: str, key: str) -> int:
-    counters = SessionCounter.objects.filter(session=session, rule=rule, key=key)
-    if not counters.update(count=F("count") + 1):
-        SessionCounter.objects.bulk_create(
-            [SessionCounter(session=session, rule=rule, key=key, count=0)], ignore_conflicts=True
-        )
-        counters.update(count=F("count") + 1)
-    return counters.values_list("count", flat=True).get()
+    counter = _counter(session, rule, key)
+    if not counter.update(count=F("count") + 1):
+        _ensure_counter(session, rule, key)
+        counter.update(count=F("count") + 1)
+    count: int = counter.values_list("count", flat=True).get()
+    return count
 
 
 def _digest(text: str) -> str:
@@ -100,8 +128,9 @@ def record_inquiry(
     diagnosis: list[dict[str, Any]] | None = None,
     duration_ms: float = 0.0,
 ) -> JournalEntry:
+    """Write one journal entry (credentials masked); prune the journal now and then."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    return JournalEntry.objects.create(
+    entry = JournalEntry.objects.create(
         dialect=inquiry.dialect,
         route=route[:300],
         session=inquiry.session,
@@ -116,6 +145,18 @@ def record_inquiry(
         duration_ms=duration_ms,
         diagnosis=diagnosis,
     )
+    cap = settings.STATIC_AGENTS_JOURNAL_MAX
+    if next(_recorded) % prune_interval(cap) == 0:
+        prune_journal(keep=cap, newest_id=entry.pk)
+    return entry
+
+
+def prune_interval(cap: int) -> int:
+    """How many entries a process writes between prunes: about 1% of the cap.
+
+    The journal may exceed the cap by that much per process, never more.
+    """
+    return max(1, min(1000, cap // 100))
 
 
 def mark_cancelled(entry_id: int | None, outcome: str = "cancelled") -> None:

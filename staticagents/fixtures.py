@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import yaml
+from pydantic import Field, field_validator
 
 from staticagents import schema
 from staticagents.schema import DocumentInvalid, FieldError
@@ -26,7 +27,6 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 # Far more than a 10,000-rule fixture needs, far less than a YAML bomb expands to.
 MAX_EXPANDED_NODES = 5_000_000
-ADK_REPLY_KEYS = ("text", "error", "word_delay_ms", "first_delay_ms", "tool", "fail_first")
 
 
 def load_fixture(
@@ -57,66 +57,107 @@ def is_adk_document(data: Any) -> bool:
     return isinstance(data, dict) and "replies" in data and "rules" not in data
 
 
+class AdkReply(schema.Strict):
+    """One problem's reply in the ADK test-agent format: ``replies.<problem id>``."""
+
+    text: str = ""
+    error: schema.ErrorSpec | None = None
+    word_delay_ms: int | None = Field(default=None, ge=0, le=600_000)
+    first_delay_ms: int | None = Field(default=None, ge=0, le=600_000)
+    tool: schema.ToolCallSpec | None = None
+    fail_first: int | None = Field(default=None, ge=0)
+
+    @field_validator("error", mode="before")
+    @classmethod
+    def _error_message(cls, value: Any) -> Any:
+        return {"message": value} if isinstance(value, str) else value
+
+    @field_validator("tool", mode="before")
+    @classmethod
+    def _tool_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
 def adk_document(data: dict[str, Any]) -> dict[str, Any]:
-    """Translate the ADK test-agent format into rules: one ``contains`` rule per problem id."""
+    """Translate the ADK test-agent format into rules: one ``contains`` rule per problem id.
+
+    Errors name the ADK document's own paths (``replies.P-17.colour: unknown key``).
+    """
     errors = [
         FieldError(key, "unknown key", "unknown_key")
         for key in data
         if key not in ("version", "replies")
     ]
-    if data.get("version", 1) != 1:
-        errors.append(
-            FieldError(
-                "version",
-                f"unsupported version {data['version']!r} (only 1 is supported)",
-                "invalid",
-            )
-        )
+    version = data.get("version", 1)
+    if type(version) is not int or version != 1:  # True == 1, but it is not a version
+        message = f"unsupported version {version!r} (only 1 is supported)"
+        errors.append(FieldError("version", message, "invalid"))
     replies = data.get("replies")
     if not isinstance(replies, dict):
         errors.append(FieldError("replies", "must be a mapping of problem id to reply", "type"))
         raise DocumentInvalid(errors)
-    errors.extend(_overlapping_ids(list(replies)))
-    rules = []
+    errors.extend(_empty_ids(replies))
+    errors.extend(_overlapping_ids([str(problem) for problem in replies if problem != ""]))
+    rules: list[dict[str, Any]] = []
+    names: set[str] = set()
     for problem, reply in replies.items():
-        rule, problems = _adk_rule(str(problem), reply)
-        errors.extend(problems)
-        rules.append(rule)
+        try:
+            spec = schema.validate_part(AdkReply, reply, prefix=f"replies.{problem}")
+        except DocumentInvalid as exc:
+            errors.extend(exc.errors)
+            continue
+        rules.append(_adk_rule(str(problem), spec, _unique_name(str(problem), names)))
     if errors:
         raise DocumentInvalid(errors)
     return {"version": 1, "rules": rules}
 
 
-def _adk_rule(problem: str, reply: Any) -> tuple[dict[str, Any], list[FieldError]]:
-    path = f"replies.{problem}"
-    if not isinstance(reply, dict):
-        return {}, [FieldError(path, "must be a mapping", "type")]
-    errors = [
-        FieldError(f"{path}.{key}", "unknown key", "unknown_key")
-        for key in reply
-        if key not in ADK_REPLY_KEYS
-    ]
+def _adk_rule(problem: str, reply: dict[str, Any], name: str) -> dict[str, Any]:
+    """The problem's script: the tool call (if any), then the text or the error.
+
+    ``fail_first`` makes the problem's first step fail that many times (with
+    ``error`` when given) before it answers, as a flaky model would.
+    """
+    timing = {k: reply[k] for k in ("first_delay_ms", "word_delay_ms") if k in reply}
     answer: dict[str, Any] = {"content": reply.get("text", "")}
-    stream = {k: reply[k] for k in ("first_delay_ms", "word_delay_ms") if k in reply}
-    if stream:
-        answer["stream"] = stream
-    if "error" in reply:
-        error = reply["error"]
-        answer["error"] = {"message": error} if isinstance(error, str) else error
-    if "fail_first" in reply:
-        answer["fail_first"] = reply["fail_first"]
-    name = re.sub(r"[^-a-zA-Z0-9_]", "-", problem) or "problem"
-    rule: dict[str, Any] = {"name": name, "match": {"contains": problem}}
+    steps = [answer]
     if "tool" in reply:
-        tool = reply["tool"]
-        call = {"name": tool} if isinstance(tool, str) else tool
-        rule["responses"] = [{"tool_calls": [call]}, answer]
+        steps.insert(0, {"tool_calls": [reply["tool"]]})
+    if "fail_first" in reply:
+        steps[0]["fail_first"] = reply["fail_first"]
+        if "error" in reply:
+            steps[0]["error"] = reply["error"]
+    elif "error" in reply:
+        answer["error"] = reply["error"]
+    for step in steps:
+        if timing:
+            step["stream"] = timing
+    rule: dict[str, Any] = {"name": name, "match": {"contains": problem}}
+    if len(steps) > 1:
+        rule["responses"] = steps
     else:
         rule["response"] = answer
-    return rule, errors
+    return rule
+
+
+def _unique_name(problem: str, taken: set[str]) -> str:
+    """A rule name from the problem id; ids that slug alike ("P 1", "P-1") get a suffix."""
+    base = re.sub(r"[^-a-zA-Z0-9_]", "-", problem)[:190] or "problem"
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    taken.add(name)
+    return name
+
+
+def _empty_ids(replies: dict[Any, Any]) -> Iterator[FieldError]:
+    if "" in replies:
+        yield FieldError("replies", "a problem id must not be empty", "invalid")
 
 
 def _overlapping_ids(ids: list[str]) -> Iterator[FieldError]:
+    """Two ids where one occurs in the other: a question naming the longer matches both."""
     for i, first in enumerate(ids):
         for second in ids[i + 1 :]:
             if first in second or second in first:

@@ -7,6 +7,7 @@ the same schema as the YAML import (``staticagents.schema``): one gate per rule.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any, ClassVar
 
@@ -32,7 +33,9 @@ def raise_for_document(exc: schema.DocumentInvalid, field_prefix: str = "") -> N
         field = f"{field_prefix}{head}" if head else "__all__"
         rest = error.path[len(head):].lstrip(".")
         message = f"{rest}: {error.message}" if rest else error.message
-        by_field.setdefault(field, []).append(ValidationError(message, code=error.code))
+        # Prefixed: a model form swaps a message whose code its field knows ("invalid",
+        # "required") for the field's generic text, losing the schema's explanation.
+        by_field.setdefault(field, []).append(ValidationError(message, code=f"schema_{error.code}"))
     raise ValidationError(by_field)
 
 
@@ -243,22 +246,25 @@ class JournalEntry(models.Model):
 
     OUTCOMES = [(o, o) for o in ("answered", "error", "failed_first", "cancelled", "cut_off", "rejected")]
 
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    dialect = models.CharField(max_length=20, db_index=True)
+    # Only ``session`` is indexed: every index is paid on each insert, on the reply
+    # path, and the other filters scan a journal the cap keeps small.
+    created_at = models.DateTimeField(auto_now_add=True)
+    dialect = models.CharField(max_length=20)
     route = models.CharField(max_length=300)
     session = models.CharField(max_length=200, db_index=True)
-    agent_type = models.CharField(max_length=200, db_index=True)
+    agent_type = models.CharField(max_length=200)
     model = models.CharField(max_length=200, blank=True, default="")
     query = models.TextField(blank=True, default="")
     body = models.TextField(blank=True, default="", help_text="The request body as sent")
     headers = models.JSONField(default=dict, help_text="Credentials masked")
-    rule = models.CharField(max_length=200, null=True, blank=True, db_index=True,
+    rule = models.CharField(max_length=200, null=True, blank=True,
                             help_text="Empty: the fallback answered")
-    outcome = models.CharField(max_length=20, choices=OUTCOMES, db_index=True)
+    outcome = models.CharField(max_length=20, choices=OUTCOMES)
     status = models.PositiveSmallIntegerField(default=200)
     duration_ms = models.FloatField(default=0)
     diagnosis = models.JSONField(null=True, blank=True,
                                  help_text="Why no rule matched (fallback answers only)")
+    counted = models.BooleanField(default=True, help_text="Cleared when the counters are reset")
 
     class Meta:
         ordering: ClassVar = ["-id"]
@@ -298,3 +304,55 @@ class ChatMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:40]}"
+
+
+class ControlToken(models.Model):
+    """The control API's bearer token when STATIC_AGENTS_CONTROL_TOKEN is unset (one row).
+
+    Only a SHA-256 digest is stored: ``serve`` prints the token once, when it creates it.
+    """
+
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"control token created {self.created_at:%Y-%m-%d %H:%M}"
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+
+class AdkSession(models.Model):
+    """A Google ADK session (``/apps/{app}/users/{user}/sessions/{id}``): state and events."""
+
+    app = models.CharField(max_length=200)
+    user = models.CharField(max_length=200)
+    session_id = models.CharField(max_length=200)
+    state = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    events: models.Manager[AdkEvent]
+
+    class Meta:
+        ordering: ClassVar = ["id"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["app", "user", "session_id"], name="unique_adk_session")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.app}/{self.user}/{self.session_id}"
+
+
+class AdkEvent(models.Model):
+    """One event of an ADK session, as the wire shows it (camelCase); appended, never edited."""
+
+    session = models.ForeignKey(AdkSession, on_delete=models.CASCADE, related_name="events")
+    payload = models.JSONField()
+
+    class Meta:
+        ordering: ClassVar = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.session} event {self.pk}"

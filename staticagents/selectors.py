@@ -1,15 +1,25 @@
-"""Reads: the active ruleset snapshot, the stored document, the agent types."""
+"""Reads: the active ruleset snapshot, the stored document, the agent types, the journal."""
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, QuerySet, Value
+from django.db.models.functions import StrIndex
 
 from staticagents.core.matching import Ruleset, compile_ruleset
-from staticagents.models import Defaults, Fallback, Rule, RulesetState
+from staticagents.models import (
+    ControlToken,
+    Defaults,
+    Fallback,
+    JournalEntry,
+    Rule,
+    RulesetState,
+)
 
 _snapshot: Ruleset | None = None
 _snapshot_lock = threading.Lock()
@@ -84,3 +94,67 @@ def export_document() -> dict[str, Any]:
 def agent_types(ruleset: Ruleset) -> list[str]:
     """Agent types named by a rule, sorted (Galaxy's registry listing)."""
     return ruleset.agent_types
+
+
+def journal_entries(
+    *,
+    session: str | None = None,
+    dialect: str | None = None,
+    agent_type: str | None = None,
+    rule: str | None = None,
+    outcome: str | None = None,
+    fallback: bool | None = None,
+    contains: str | None = None,
+) -> QuerySet[JournalEntry]:
+    """Journal entries, newest first; every given filter must hold.
+
+    ``contains`` is a case-sensitive substring of the request body (StrIndex,
+    not LIKE, which SQLite compares case-insensitively).
+    """
+    exact = {
+        "session": session,
+        "dialect": dialect,
+        "agent_type": agent_type,
+        "rule": rule,
+        "outcome": outcome,
+    }
+    entries = JournalEntry.objects.filter(**{k: v for k, v in exact.items() if v is not None})
+    if fallback is not None:
+        entries = entries.filter(rule__isnull=fallback)
+    if contains:
+        entries = entries.alias(at=StrIndex("body", Value(contains))).filter(at__gt=0)
+    return entries.order_by("-id")
+
+
+def journal_counters(*, session: str | None = None) -> dict[str, Any]:
+    """What the service saw, summed from the journal in one aggregate query.
+
+    Entries whose counts were reset (``counted`` cleared) are left out; entries
+    pruned by the journal cap or cleared are no longer counted.
+    """
+    entries = JournalEntry.objects.filter(counted=True)
+    if session is not None:
+        entries = entries.filter(session=session)
+    rows = entries.values("rule", "outcome").annotate(n=Count("id")).order_by()
+    outcomes: Counter[str] = Counter()
+    rules: Counter[str] = Counter()
+    for row in rows:
+        outcomes[row["outcome"]] += row["n"]
+        rules[row["rule"] or ""] += row["n"]
+    fallbacks = rules.pop("", 0)
+    return {
+        "session": session,
+        "requests": sum(outcomes.values()),
+        "rules": dict(sorted(rules.items())),
+        "fallbacks": fallbacks,
+        "errors": outcomes["error"],
+        "failed_first": outcomes["failed_first"],
+        "cancelled": outcomes["cancelled"],
+        "cut_off": outcomes["cut_off"],
+        "outcomes": dict(sorted(outcomes.items())),
+    }
+
+
+def stored_control_token_digest() -> str | None:
+    """The digest of the token ``serve`` created, if it created one."""
+    return ControlToken.objects.order_by("id").values_list("digest", flat=True).first()

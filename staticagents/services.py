@@ -1,14 +1,25 @@
-"""Writes: importing fixtures and bumping the ruleset version."""
+"""Writes: fixtures, single rules, the ruleset version, the journal and sessions."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.db.models import F, Max
 
-from staticagents.models import Defaults, Fallback, Rule, RuleResponse, RulesetState
+from staticagents.models import (
+    ControlToken,
+    Defaults,
+    Fallback,
+    JournalEntry,
+    Rule,
+    RuleResponse,
+    RulesetState,
+    SessionCounter,
+)
+from staticagents.schema import DocumentInvalid, FieldError, name_rules
 
 
 @dataclass(frozen=True)
@@ -138,3 +149,129 @@ def _set_fallback(doc: dict[str, Any] | None, *, clear: bool) -> None:
         return
     Fallback.objects.all().delete()
     Fallback.objects.create(pk=1, **Fallback.fields_from(doc))
+
+
+# -- single rules (the control API) -------------------------------------------
+
+
+def create_rule(*, document: dict[str, Any]) -> Rule:
+    """Append a validated rule document; an unnamed rule is named as an import would name it."""
+    with transaction.atomic():
+        names = list(Rule.objects.values_list("name", flat=True))
+        if "name" in document and document["name"] in names:
+            raise _duplicate_name(document["name"])
+        if "name" not in document:
+            name_rules([*({"name": n} for n in names), document])
+        top = Rule.objects.aggregate(top=Max("position"))["top"]
+        _create_rules([document], start=0 if top is None else top + 1)
+        bump_version()
+        return Rule.objects.get(name=document["name"])
+
+
+def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
+    """Replace the rule called ``name`` with a validated document (which may rename it)."""
+    with transaction.atomic():
+        rule = _rule_named(name)
+        document.setdefault("name", name)
+        if document["name"] != name and Rule.objects.filter(name=document["name"]).exists():
+            raise _duplicate_name(document["name"])
+        _update_rule(rule, document)
+        bump_version()
+        return rule
+
+
+def delete_rule(*, name: str) -> None:
+    """Delete a rule and its sessions' positions in it."""
+    with transaction.atomic():
+        rule = _rule_named(name)
+        rule.responses.all().delete()
+        rule.delete()
+        SessionCounter.objects.filter(rule=name).delete()
+        bump_version()
+
+
+def reorder_rules(*, names: list[str]) -> list[str]:
+    """Put the named rules first, in the given order; the others follow in their order."""
+    with transaction.atomic():
+        rules = {rule.name: rule for rule in Rule.objects.order_by("position", "id")}
+        errors = [
+            FieldError(f"[{i}]", f"no rule named {name!r}", "not_found")
+            for i, name in enumerate(names)
+            if name not in rules
+        ]
+        errors += [
+            FieldError(f"[{i}]", f"{name!r} is listed twice", "duplicate")
+            for i, name in enumerate(names)
+            if name in names[:i]
+        ]
+        if errors:
+            raise DocumentInvalid(errors)
+        order = [*names, *(name for name in rules if name not in names)]
+        for position, name in enumerate(order):
+            rules[name].position = position
+        Rule.objects.bulk_update(rules.values(), ["position"], batch_size=500)
+        bump_version()
+        return order
+
+
+def _rule_named(name: str) -> Rule:
+    try:
+        return Rule.objects.select_for_update().get(name=name)
+    except Rule.DoesNotExist:
+        raise Rule.DoesNotExist(f"no rule named {name!r}") from None
+
+
+def _duplicate_name(name: str) -> DocumentInvalid:
+    return DocumentInvalid([FieldError("name", f"a rule named {name!r} exists", "duplicate")])
+
+
+# -- the journal, counters and sessions ---------------------------------------
+
+
+def prune_journal(*, keep: int, newest_id: int) -> int:
+    """Delete the entries older than the ``keep`` newest (by id: one indexed DELETE)."""
+    cutoff = newest_id - keep
+    if cutoff <= 0:
+        return 0
+    deleted, _ = JournalEntry.objects.filter(id__lte=cutoff).delete()
+    return deleted
+
+
+def clear_journal(*, session: str | None = None) -> int:
+    """Delete the journal, or one session's part of it; counters derive from it, so they follow."""
+    entries = JournalEntry.objects.all()
+    if session is not None:
+        entries = entries.filter(session=session)
+    deleted, _ = entries.delete()
+    return deleted
+
+
+def reset_counters(*, session: str | None = None) -> int:
+    """Zero the counters (overall or one session's) and keep the journal itself."""
+    entries = JournalEntry.objects.filter(counted=True)
+    if session is not None:
+        entries = entries.filter(session=session)
+    return entries.update(counted=False)
+
+
+def reset_session(*, session: str) -> dict[str, int]:
+    """A session's fresh start: its sequence positions, fail-first counts and journal go."""
+    with transaction.atomic():
+        counters, _ = SessionCounter.objects.filter(session=session).delete()
+        entries = clear_journal(session=session)
+    return {"counters": counters, "journal": entries}
+
+
+# -- the control API's token ----------------------------------------------------
+
+
+def ensure_control_token(configured: str) -> str | None:
+    """Create and store a control token unless one is configured or stored; return it if new."""
+    if configured:
+        return None
+    with transaction.atomic():
+        if ControlToken.objects.exists():
+            return None
+        token = secrets.token_urlsafe(32)
+        ControlToken.objects.create(digest=ControlToken.digest_of(token))
+        return token

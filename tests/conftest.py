@@ -83,3 +83,26 @@ def load_rules(db: None) -> Callable[[Any], dict[str, Any]]:
         return document
 
     return load
+
+
+CONTROL_TOKEN = "test-control-token"
+
+
+@pytest.fixture
+def control(live_url: str, settings: Any) -> Iterator[Any]:
+    """An httpx client for the control API, holding the configured bearer token."""
+    import httpx
+
+    settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
+    headers = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    with httpx.Client(base_url=f"{live_url}/control", headers=headers, timeout=10) as client:
+        yield client
+
+
+def galaxy_query(live_url: str, query: str, session: str | None = None, **body: Any) -> Any:
+    """``POST /api/ai/agents/query`` as Galaxy's client sends it; ``session`` sets the header."""
+    import httpx
+
+    headers = {"X-Static-Session": session} if session else {}
+    payload = {"query": query, "agent_type": "router", **body}
+    return httpx.post(f"{live_url}/api/ai/agents/query", json=payload, headers=headers)

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
-from staticagents.services import import_fixture
+from staticagents.services import ensure_control_token, import_fixture
 
 
 class Command(BaseCommand):
@@ -30,6 +30,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
+        self.announce_control_token()
         self.stdout.write(
             f"Static Agents serving on http://{options['host']}:{options['port']}/ "
             f"({options['workers']} worker(s))"
@@ -46,6 +47,12 @@ class Command(BaseCommand):
             access_log=False,
             lifespan="off",
         )
+
+    def announce_control_token(self) -> None:
+        """Print the control API's token the first time serve creates it (shown only then)."""
+        token = ensure_control_token(settings.STATIC_AGENTS_CONTROL_TOKEN)
+        if token is not None:
+            self.stdout.write(f"Control API token (created now, shown once): {token}")
 
     def load_fixture(self, path: str | None) -> None:
         if path is None:

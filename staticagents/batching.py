@@ -1,0 +1,117 @@
+"""One database thread per process that batches the reply path's two queries.
+
+Under load, many requests wait at once for the same two things: the current
+ruleset stamp (so an edit is seen by the next request) and the commit of their
+journal entry (so an acknowledged request is never lost). This thread serves
+everyone who is waiting with one stamp read and one multi-row insert per
+round, instead of one of each per request (a group commit).
+
+A request's stamp read always starts after the request arrived, so an edit
+committed before it arrived is seen; its reply is sent only after its journal
+entry is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import close_old_connections, connection, transaction
+
+from staticagents.models import JournalEntry, RulesetState
+
+log = logging.getLogger(__name__)
+
+STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"  # noqa: S608
+
+
+@dataclass
+class _Round:
+    """What the thread collected from the queue for one round."""
+
+    stamps: list[Future[str]] = field(default_factory=list)
+    entries: list[tuple[JournalEntry, Future[int]]] = field(default_factory=list)
+
+
+class DatabaseThread:
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, Any, Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.after_insert: list[Any] = []  # callbacks(newest_id, count) run in the thread
+
+    async def stamp(self) -> str:
+        """The ruleset stamp, read after this call began."""
+        return await asyncio.wrap_future(self._submit("stamp", None))
+
+    async def record(self, entry: JournalEntry) -> int:
+        """Insert ``entry``; returns its id once it is committed."""
+        return await asyncio.wrap_future(self._submit("entry", entry))
+
+    def _submit(self, kind: str, payload: Any) -> Future[Any]:
+        self._ensure_running()
+        future: Future[Any] = Future()
+        self._queue.put((kind, payload, future))
+        return future
+
+    def _ensure_running(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="static-agents-db", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            work = self._collect()
+            try:
+                self._serve(work)
+            except Exception as exc:  # a failed round fails its requests, not the thread
+                log.exception("database round failed")
+                close_old_connections()
+                connection.close()
+                for future in [*work.stamps, *(f for _, f in work.entries)]:
+                    if not future.done():
+                        future.set_exception(exc)
+
+    def _collect(self) -> _Round:
+        work = _Round()
+        item = self._queue.get()
+        while True:
+            kind, payload, future = item
+            if kind == "stamp":
+                work.stamps.append(future)
+            else:
+                work.entries.append((payload, future))
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return work
+
+    def _serve(self, work: _Round) -> None:
+        if work.entries:
+            entries = [entry for entry, _ in work.entries]
+            with transaction.atomic():
+                JournalEntry.objects.bulk_create(entries)
+            for entry, future in work.entries:
+                future.set_result(entry.pk)
+            for callback in self.after_insert:
+                callback(entries[-1].pk, len(entries))
+        if work.stamps:
+            with connection.cursor() as cursor:
+                cursor.execute(STAMP_SQL)
+                row = cursor.fetchone()
+            stamp = row[0] if row else ""
+            for future in work.stamps:
+                future.set_result(stamp)
+
+
+database_thread = DatabaseThread()

@@ -1,0 +1,50 @@
+"""The Anthropic reply route: ``POST /v1/messages``.
+
+It also answers under an ``/agents/{agent_type}/`` prefix, so a client whose
+``base_url`` is ``http://host/agents/router`` talks to the router's rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.urls import re_path
+
+from staticagents.dialects import anthropic
+from staticagents.transport.http import RequestRejected, sse
+from staticagents.transport.llm import (
+    AGENT_PREFIX,
+    ModelReplyConsumer,
+    request_id_headers,
+    retry_headers,
+)
+
+
+class MessagesConsumer(ModelReplyConsumer):
+    dialect = "anthropic"
+    id_prefix = "msg_"
+
+    async def respond(self, body: bytes) -> None:
+        self.require_method("POST")
+        conversation = self.parse(anthropic.parse_messages_request, body)
+        answer = await self.answer(conversation, body)
+        reply, envelope = answer.reply, self.envelope(answer, conversation.model)
+        headers = request_id_headers(envelope)
+        if reply.error is not None:
+            headers += retry_headers(reply.retry_after)
+            error = anthropic.scripted_error_body(reply.error)
+            await self.send_json(reply.error.status, error, headers)
+        elif not conversation.stream:
+            await self.send_json(200, anthropic.message_body(reply, envelope), headers)
+        elif await self.stream(anthropic.stream_events(reply, envelope), headers):
+            await self.end_stream()
+        else:
+            cut_off = anthropic.cut_off_event(settings.STATIC_AGENTS_MAX_STREAM_SECONDS)
+            await self.end_stream(sse(cut_off.data, cut_off.event))
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        return anthropic.error_body(rejection.message, rejection.kind)
+
+
+http_routes = [re_path(AGENT_PREFIX + r"v1/messages/?$", MessagesConsumer.as_asgi())]

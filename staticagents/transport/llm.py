@@ -1,0 +1,120 @@
+"""What the model-dialect reply routes (OpenAI, Anthropic) share.
+
+The agent type of an inquiry comes from the ``/agents/{agent_type}/`` prefix of
+the route, else the ``X-Agent-Type`` header, else the requested model when it is
+named after an agent type (``GET /v1/models`` lists one per type), else
+``router``. The session is the ``X-Static-Session`` header (these dialects carry
+no conversation id), else the global session.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from staticagents.answering import Answer, answer_inquiry
+from staticagents.core.inquiry import session_key
+from staticagents.dialects.llm import (
+    Conversation,
+    Envelope,
+    InvalidRequest,
+    StreamEvent,
+    choose_agent_type,
+)
+from staticagents.selectors import active_ruleset
+from staticagents.transport.http import ReplyConsumer, RequestRejected, parse_json_object, sse
+
+# Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
+AGENT_PREFIX = r"^(?:agents/(?P<agent_type>[^/]+)/)?"
+
+
+class ModelReplyConsumer(ReplyConsumer):
+    """A reply route of a model dialect: parse, answer, then a JSON body or a paced stream."""
+
+    dialect = ""
+    id_prefix = ""
+
+    def require_method(self, method: str) -> None:
+        actual = self.scope.get("method", "")
+        if actual != method:
+            path = self.scope.get("path", "")
+            raise RequestRejected(405, f"method {actual} is not allowed on {path}: use {method}")
+
+    def parse(
+        self, parser: Callable[[Mapping[str, Any]], Conversation], body: bytes
+    ) -> Conversation:
+        try:
+            return parser(parse_json_object(body))
+        except InvalidRequest as invalid:
+            raise RequestRejected(400, invalid.message, param=invalid.param) from None
+
+    async def answer(self, conversation: Conversation, body: bytes) -> Answer:
+        answer: Answer = await database_sync_to_async(answer_conversation)(
+            conversation,
+            dialect=self.dialect,
+            prefix=self.scope.get("url_route", {}).get("kwargs", {}).get("agent_type"),
+            headers=self.request_headers,
+            route=self.scope.get("path", ""),
+            body=body,
+        )
+        self.entry_id = answer.entry_id  # so a client that leaves is journaled as cancelled
+        return answer
+
+    def envelope(self, answer: Answer, model: str) -> Envelope:
+        """The response's identity; the id names the journal entry, to find it again."""
+        suffix = f"static{answer.entry_id}" if answer.entry_id else uuid.uuid4().hex[:24]
+        return Envelope(id=f"{self.id_prefix}{suffix}", created=int(time.time()), model=model)
+
+    async def stream(
+        self, events: Sequence[StreamEvent], headers: Sequence[tuple[bytes, bytes]] = ()
+    ) -> bool:
+        """Send the events on their schedule; False when the maximum duration cut it off."""
+        await self.start_sse(headers)
+        return await self.send_paced((event.at, sse(event.data, event.event)) for event in events)
+
+
+def answer_conversation(
+    conversation: Conversation,
+    *,
+    dialect: str,
+    prefix: str | None,
+    headers: Mapping[str, str],
+    route: str,
+    body: bytes,
+) -> Answer:
+    """Complete the inquiry from the route and headers, then answer and journal it."""
+    header = headers.get("x-agent-type")
+    # Only a request that names no agent type needs the rule snapshot to read its model.
+    known = () if (prefix or header) else active_ruleset().agent_types
+    agent_type = choose_agent_type(
+        prefix=prefix, header=header, model=conversation.model, known=known
+    )
+    inquiry = conversation.inquiry(
+        dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
+    )
+    return answer_inquiry(inquiry, route=route, body=body)
+
+
+def known_agent_types() -> list[str]:
+    return active_ruleset().agent_types
+
+
+def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:
+    """Retry-After in whole seconds (as HTTP has it) and retry-after-ms, which both SDKs prefer."""
+    if retry_after is None:
+        return []
+    return [
+        (b"retry-after", str(math.ceil(retry_after)).encode()),
+        (b"retry-after-ms", str(round(retry_after * 1000)).encode()),
+    ]
+
+
+def request_id_headers(envelope: Envelope) -> list[tuple[bytes, bytes]]:
+    """The response id where each SDK looks for a request id (x-request-id, request-id)."""
+    value = envelope.id.encode()
+    return [(b"x-request-id", value), (b"request-id", value)]

@@ -1,0 +1,79 @@
+"""The OpenAI reply routes: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+Both also answer under an ``/agents/{agent_type}/`` prefix, so a client whose
+``base_url`` is ``http://host/agents/router/v1`` talks to the router's rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.urls import re_path
+
+from staticagents.dialects import anthropic, openai
+from staticagents.transport.http import RequestRejected, sse
+from staticagents.transport.llm import (
+    AGENT_PREFIX,
+    ModelReplyConsumer,
+    known_agent_types,
+    request_id_headers,
+    retry_headers,
+)
+
+
+class ChatCompletionsConsumer(ModelReplyConsumer):
+    dialect = "openai"
+    id_prefix = "chatcmpl-"
+
+    async def respond(self, body: bytes) -> None:
+        self.require_method("POST")
+        conversation = self.parse(openai.parse_chat_request, body)
+        answer = await self.answer(conversation, body)
+        reply, envelope = answer.reply, self.envelope(answer, conversation.model)
+        headers = request_id_headers(envelope)
+        if reply.error is not None:
+            headers += retry_headers(reply.retry_after)
+            await self.send_json(
+                reply.error.status, openai.scripted_error_body(reply.error), headers
+            )
+        elif not conversation.stream:
+            await self.send_json(200, openai.completion_body(reply, envelope), headers)
+        else:
+            events = openai.stream_events(reply, envelope, include_usage=conversation.include_usage)
+            if await self.stream(events, headers):
+                await self.end_stream(openai.DONE)
+            else:
+                limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+                await self.end_stream(sse(openai.cut_off_body(limit)))
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        return openai.error_body(rejection.message, rejection.kind, rejection.param)
+
+
+class ModelsConsumer(ModelReplyConsumer):
+    """One model per agent type, plus the default; in Anthropic's shape for its SDK."""
+
+    async def respond(self, body: bytes) -> None:
+        self.require_method("GET")
+        agent_types = await database_sync_to_async(known_agent_types)()
+        if self.from_anthropic:
+            await self.send_json(200, anthropic.models_body(agent_types))
+        else:
+            await self.send_json(200, openai.models_body(agent_types))
+
+    @property
+    def from_anthropic(self) -> bool:
+        return "anthropic-version" in self.request_headers
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        if self.from_anthropic:
+            return anthropic.error_body(rejection.message, rejection.kind)
+        return openai.error_body(rejection.message, rejection.kind, rejection.param)
+
+
+http_routes = [
+    re_path(AGENT_PREFIX + r"v1/chat/completions/?$", ChatCompletionsConsumer.as_asgi()),
+    re_path(AGENT_PREFIX + r"v1/models/?$", ModelsConsumer.as_asgi()),
+]

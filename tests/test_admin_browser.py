@@ -1,0 +1,182 @@
+"""The admin in a real browser against the real ASGI server: log in, reorder, edit, upload."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+
+from staticagents.fixtures import load_fixture
+from staticagents.models import Rule
+from staticagents.services import import_fixture
+
+T = TypeVar("T")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+RULES = """
+rules:
+  - name: greet
+    match: {agent_type: router, query: "(?i)hello"}
+    response: {content: "Hello there"}
+  - name: farewell
+    match: {agent_type: router, query: "(?i)bye"}
+    response: {content: "Goodbye"}
+  - name: catch-all
+    response: {content: "I answer everything"}
+"""
+
+
+class BrowserThread:
+    """Chromium driven from a thread of its own.
+
+    Playwright's sync API runs an event loop in the thread that uses it, and the
+    ORM refuses to run in a thread with a running loop, so the browser steps run
+    in this thread and the database checks in the test's.
+    """
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chromium")
+        self.playwright, self.browser = self.run(self._launch)
+
+    @staticmethod
+    def _launch() -> tuple[Playwright, Browser]:
+        playwright = sync_playwright().start()
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+        )
+        return playwright, browser
+
+    def run(self, steps: Callable[[], T]) -> T:
+        return self.pool.submit(steps).result(timeout=60)
+
+    def close(self) -> None:
+        self.run(self.browser.close)
+        self.run(self.playwright.stop)
+        self.pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[BrowserThread]:
+    thread = BrowserThread()
+    yield thread
+    thread.close()
+
+
+@pytest.fixture
+def as_curator(
+    live_url: str, chromium: BrowserThread, settings: Any
+) -> Callable[[Callable[[Page], T]], T]:
+    """Run browser steps on a page logged in to the admin as a fresh superuser (3 rules loaded)."""
+    # The default hasher spends most of a second per password, on purpose; not needed here.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    import_fixture(load_fixture(RULES))
+    User.objects.create_superuser("curator", "curator@example.org", "correct horse")
+
+    def browse(steps: Callable[[Page], T]) -> T:
+        def session() -> T:
+            context = chromium.browser.new_context(base_url=live_url)
+            try:
+                page = context.new_page()
+                page.set_default_timeout(10_000)
+                page.goto("/admin/login/")
+                page.fill("#id_username", "curator")
+                page.fill("#id_password", "correct horse")
+                with page.expect_navigation():
+                    page.click("input[type=submit]")
+                return steps(page)
+            finally:
+                context.close()
+
+        return chromium.run(session)
+
+    return browse
+
+
+def listed_names(page: Page) -> list[str]:
+    return page.locator("#result_list tbody th.field-name a").all_inner_texts()
+
+
+def messages(page: Page) -> list[str]:
+    return [text.strip() for text in page.locator("ul.messagelist li").all_text_contents()]
+
+
+Browse = Callable[[Callable[[Page], object]], object]
+
+
+def test_a_curator_logs_in_and_moves_a_rule_down(as_curator: Browse) -> None:
+    def steps(page: Page) -> None:
+        assert page.locator("#site-name").inner_text() == "Static Agents"
+        with page.expect_navigation():
+            page.click("#content-main a[href='/admin/staticagents/rule/']")
+        assert listed_names(page) == ["greet", "farewell", "catch-all"]
+        with page.expect_navigation():
+            page.click('button[aria-label="Move down one place: greet"]')
+        assert listed_names(page) == ["farewell", "greet", "catch-all"]
+        assert messages(page) == ["“greet” is now rule #2."]
+
+    as_curator(steps)
+    names = list(Rule.objects.order_by("position").values_list("name", flat=True))
+    assert names == ["farewell", "greet", "catch-all"]
+
+
+def test_an_invalid_query_regex_is_shown_on_the_query_field(as_curator: Browse) -> None:
+    def steps(page: Page) -> None:
+        page.goto("/admin/staticagents/rule/")
+        with page.expect_navigation():
+            page.click("#result_list >> text=farewell")
+        page.fill("#id_match_query", "(?i)bye(")
+        with page.expect_navigation():
+            page.click("input[name=_save]")
+        error = page.locator(".form-row.field-match_query .errorlist")
+        assert "invalid regex" in error.inner_text()
+        assert page.locator("#id_match_query").input_value() == "(?i)bye("
+
+    as_curator(steps)
+    assert Rule.objects.get(name="farewell").match_query == "(?i)bye"
+
+
+def upload(page: Page, name: str, text: str, mode: str = "replace") -> None:
+    page.set_input_files(
+        "#id_fixture",
+        files=[{"name": name, "mimeType": "application/yaml", "buffer": text.encode()}],
+    )
+    page.check(f"input[name=mode][value={mode}]")
+    with page.expect_navigation():
+        page.click("input[name=_upload]")
+
+
+def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(as_curator: Browse) -> None:
+    def steps(page: Page) -> None:
+        page.goto("/admin/staticagents/rule/")
+        with page.expect_navigation():
+            page.click("text=Upload fixture")
+        upload(
+            page, "broken.yml", "rules:\n  - name: x\n    match: {query: '('}\n    response: {}\n"
+        )
+        errors = page.locator(".field-fixture .errorlist li").all_inner_texts()
+        assert len(errors) == 1
+        assert errors[0].startswith("broken.yml:3: rules[0].match.query: invalid regex")
+        upload(
+            page,
+            "more.yml",
+            "rules:\n  - name: thanks\n    response: {content: Welcome}\n",
+            mode="merge",
+        )
+        assert page.url.endswith("/admin/staticagents/rule/")
+        assert messages(page) == [
+            "Uploaded more.yml (merge): imported: 1 rule(s) created, 0 updated, 0 deleted."
+        ]
+        assert listed_names(page) == ["greet", "farewell", "catch-all", "thanks"]
+
+    as_curator(steps)
+    assert Rule.objects.get(name="thanks").responses.get().content == "Welcome"

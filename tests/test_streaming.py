@@ -1,0 +1,183 @@
+"""Streaming behaviour shared by the model dialects: timing, chunking, disconnects, cut-offs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from staticagents.models import JournalEntry
+
+WORDS = " ".join(f"w{i}" for i in range(1, 21))
+RULES: dict[str, Any] = {
+    "defaults": {"stream": {"chunk": 5}},
+    "rules": [
+        {
+            "name": "slow",
+            "match": {"contains": "#slow"},
+            "response": {"content": WORDS, "stream": {"chunk": "word", "word_delay_ms": 50}},
+        },
+        {
+            "name": "timed",
+            "match": {"contains": "#timed"},
+            "response": {
+                "content": "a b c d e",
+                "stream": {"chunk": "word", "first_delay_ms": 30, "word_delay_ms": 10},
+            },
+        },
+        {
+            "name": "chars",
+            "match": {"contains": "#chars"},
+            "response": {"content": "abc de", "stream": {"chunk": "char"}},
+        },
+        {"name": "plain", "match": {"contains": "#plain"}, "response": {"content": "abcdefghijkl"}},
+        {
+            "name": "echo",
+            "response": {
+                "template": True,
+                "content": "$query",
+                "stream": {"chunk": "word", "word_delay_ms": 2},
+            },
+        },
+    ],
+}
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def rules(live_url: str, load_rules: Callable[[Any], Any]) -> str:
+    load_rules(RULES)
+    return live_url
+
+
+def oai(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+
+
+def ant(base: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=base, api_key="x", max_retries=0)
+
+
+def ask(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+def streamed_text(base: str, query: str) -> list[str]:
+    stream = oai(base).chat.completions.create(model="m", messages=ask(query), stream=True)
+    return [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+
+
+def wait_for_outcome(outcome: str, timeout: float = 3.0) -> JournalEntry:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = JournalEntry.objects.order_by("-id").first()
+        if entry is not None and entry.outcome == outcome:
+            return entry
+        time.sleep(0.02)
+    raise AssertionError(f"no journal entry became {outcome!r}: {entry and entry.outcome}")
+
+
+# -- timing and chunking -------------------------------------------------------------------
+
+
+def test_chunks_never_arrive_before_their_scripted_time(rules: str) -> None:
+    started = time.monotonic()
+    arrivals = []
+    stream = oai(rules).chat.completions.create(model="m", messages=ask("#timed"), stream=True)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            arrivals.append(time.monotonic() - started)
+    scripted = [0.030, 0.040, 0.050, 0.060, 0.070]
+    assert len(arrivals) == 5
+    assert all(arrived >= due for arrived, due in zip(arrivals, scripted, strict=True))
+    assert arrivals[-1] < 2.0  # a generous bound: the script takes 70 ms
+
+
+def test_the_rule_the_defaults_and_the_server_setting_choose_the_chunks(
+    rules: str, live_url: str, load_rules: Callable[[Any], Any], settings: Any
+) -> None:
+    assert streamed_text(rules, "#chars") == ["a", "b", "c", " ", "d", "e"]
+    assert streamed_text(rules, "#plain") == ["abcde", "fghij", "kl"]  # defaults.stream.chunk
+    settings.STATIC_AGENTS_WORD_DELAY_MS = 40
+    load_rules({"rules": [{"response": {"content": "one two three"}}]})  # a fresh snapshot
+    started = time.monotonic()
+    assert streamed_text(live_url, "x") == ["one ", "two ", "three"]
+    assert time.monotonic() - started >= 0.08  # two gaps of the server's 40 ms
+
+
+def test_concurrent_streams_each_get_their_own_whole_answer(rules: str) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{rules}/v1", api_key="x", max_retries=0)
+
+    async def one(index: int) -> str:
+        words = " ".join(f"s{index}-{n}" for n in range(8))
+        stream = await client.chat.completions.create(model="m", messages=ask(words), stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    async def many() -> list[str]:
+        return await asyncio.gather(*(one(i) for i in range(30)))
+
+    answers = asyncio.run(many())
+    assert answers == [" ".join(f"s{i}-{n}" for n in range(8)) for i in range(30)]
+
+
+# -- leaving early and running too long --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (CHAT, {"model": "m", "messages": ask("#slow"), "stream": True}),
+        ("/v1/messages", {"model": "m", "max_tokens": 9, "messages": ask("#slow"), "stream": True}),
+    ],
+)
+def test_a_client_that_leaves_mid_stream_is_journaled_as_cancelled(
+    rules: str, path: str, body: dict[str, Any]
+) -> None:
+    with httpx.Client(base_url=rules, timeout=5) as client:
+        with client.stream("POST", path, json=body) as response:
+            lines = response.iter_lines()
+            first = next(line for line in lines if "w1" in line)
+        assert "w1" in first
+    # Had the stream run to its end, the entry would stay "answered".
+    assert wait_for_outcome("cancelled").rule == "slow"
+
+
+def test_closing_an_sdk_stream_cancels_it_too(rules: str) -> None:
+    stream = oai(rules).chat.completions.create(model="m", messages=ask("#slow"), stream=True)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    stream.close()
+    assert wait_for_outcome("cancelled").dialect == "openai"
+
+
+def test_the_maximum_duration_cuts_an_openai_stream_off(rules: str, settings: Any) -> None:
+    settings.STATIC_AGENTS_MAX_STREAM_SECONDS = 0.12
+    received = []
+    stream = oai(rules).chat.completions.create(model="m", messages=ask("#slow"), stream=True)
+    with pytest.raises(openai.APIError, match=r"maximum stream duration of 0\.12 s"):
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                received.append(chunk.choices[0].delta.content)
+    assert received == ["w1 ", "w2 ", "w3 "]  # due at 0, 50 and 100 ms
+    assert wait_for_outcome("cut_off").rule == "slow"
+
+
+def test_the_maximum_duration_cuts_an_anthropic_stream_off(rules: str, settings: Any) -> None:
+    settings.STATIC_AGENTS_MAX_STREAM_SECONDS = 0.12
+    with (
+        pytest.raises(anthropic.APIStatusError) as raised,
+        ant(rules).messages.stream(model="m", max_tokens=9, messages=ask("#slow")) as stream,
+    ):
+        pieces = []
+        for text in stream.text_stream:
+            pieces.append(text)
+    assert pieces == ["w1 ", "w2 ", "w3 "]
+    assert raised.value.body["error"]["type"] == "timeout_error"  # type: ignore[index]
+    assert wait_for_outcome("cut_off").dialect == "anthropic"
