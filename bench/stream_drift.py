@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import tempfile
 import time
 from collections.abc import Coroutine
@@ -125,31 +124,33 @@ def drifts(streams: list[Stream], words: int, delay_ms: int, first_ms: int) -> l
     return result
 
 
-def report(streams: list[Stream], args: argparse.Namespace, elapsed: float) -> None:
+def summary(streams: list[Stream], args: argparse.Namespace, elapsed: float) -> dict[str, Any]:
+    """The figures of one run: completion, chunk rate, drift and time to first event."""
     complete = sum(1 for s in streams if s.complete and len(s.chunks) == args.words)
     values = drifts(streams, args.words, args.delay_ms, args.first_ms)
     ttfb = [((s.first or s.sent) - s.sent) * 1000 for s in streams]
+    return {
+        "streams": args.streams,
+        "complete": complete,
+        "chunks/s": round(len(values) / elapsed),
+        "drift p50 ms": round(percentile(values, 0.5), 2),
+        "drift p99 ms": round(percentile(values, 0.99), 2),
+        "drift max ms": round(max(values), 2),
+        "first event p50 ms": round(percentile(ttfb, 0.5), 1),
+        "first event p99 ms": round(percentile(ttfb, 0.99), 1),
+        "seconds": round(elapsed, 2),
+    }
+
+
+def report(streams: list[Stream], args: argparse.Namespace, elapsed: float) -> None:
+    figures = summary(streams, args, elapsed)
     script_ms = args.first_ms + (args.words - 1) * args.delay_ms
     print(
         f"{args.streams} concurrent {args.dialect} streams, {args.words} words every "
-        f"{args.delay_ms} ms (script {script_ms} ms); {complete}/{args.streams} complete "
-        f"in {elapsed:.2f} s; {len(values)} chunks"
+        f"{args.delay_ms} ms (script {script_ms} ms)"
     )
-    print(
-        "drift (arrival - scripted), ms: "
-        + "  ".join(
-            f"{name} {percentile(values, share):.2f}"
-            for name, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
-        )
-        + f"  max {max(values):.2f}  min {min(values):.2f}  mean {statistics.fmean(values):.2f}"
-    )
-    print(
-        "time to first event, ms: "
-        + "  ".join(
-            f"{name} {percentile(ttfb, share):.1f}" for name, share in (("p50", 0.5), ("p99", 0.99))
-        )
-        + f"  max {max(ttfb):.1f}"
-    )
+    for name, value in figures.items():
+        print(f"  {name:<20} {value}")
 
 
 async def measure(args: argparse.Namespace, port: int) -> tuple[list[Stream], float]:
@@ -169,6 +170,20 @@ def run_client(work: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(work)
 
 
+def run(streams: int = 1000, words: int = 50, delay_ms: int = 10) -> dict[str, Any]:
+    """Measure once with the given shape and return the summary (for bench.run)."""
+    args = argparse.Namespace(
+        streams=streams, words=words, delay_ms=delay_ms, first_ms=0, dialect="openai"
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        rules = fixture(directory, words, delay_ms, 0)
+        database = f"sqlite:///{directory / 'drift.sqlite3'}"
+        with serve("static-agents", database_url=database, fixture=rules) as server:
+            measured, elapsed = run_client(measure(args, server.port))
+    return summary(measured, args, elapsed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=100)
@@ -180,7 +195,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
         rules = fixture(directory, args.words, args.delay_ms, args.first_ms)
-        with serve("static-agents", directory / "drift.sqlite3", rules) as server:
+        database = f"sqlite:///{directory / 'drift.sqlite3'}"
+        with serve("static-agents", database_url=database, fixture=rules) as server:
             streams, elapsed = run_client(measure(args, server.port))
     report(streams, args, elapsed)
 

@@ -21,7 +21,8 @@ from staticagents.routing import http_routes, websocket_routes  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": URLRouter([*http_routes, re_path(r"", django_application)]),
+        # Channels routes to ASGI apps; django-stubs only knows views here.
+        "http": URLRouter([*http_routes, re_path(r"", django_application)]),  # type: ignore[arg-type]
         "websocket": URLRouter(websocket_routes),
     }
 )

@@ -27,7 +27,7 @@ from staticagents.models import JournalEntry, RulesetState
 
 log = logging.getLogger(__name__)
 
-STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"  # noqa: S608
+STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
 
 
 @dataclass
@@ -78,7 +78,8 @@ class DatabaseThread:
                 log.exception("database round failed")
                 close_old_connections()
                 connection.close()
-                for future in [*work.stamps, *(f for _, f in work.entries)]:
+                futures: list[Future[Any]] = [*work.stamps, *(f for _, f in work.entries)]
+                for future in futures:
                     if not future.done():
                         future.set_exception(exc)
 
@@ -109,9 +110,9 @@ class DatabaseThread:
             with connection.cursor() as cursor:
                 cursor.execute(STAMP_SQL)
                 row = cursor.fetchone()
-            stamp = row[0] if row else ""
-            for future in work.stamps:
-                future.set_result(stamp)
+            stamp = str(row[0]) if row else ""
+            for waiter in work.stamps:
+                waiter.set_result(stamp)
 
 
 database_thread = DatabaseThread()

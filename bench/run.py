@@ -1,0 +1,62 @@
+"""Run every benchmark and print one table per area, as ratios measured side by side.
+
+    python -m bench.run [--seconds 10] [--only replies,streams,matching,fixtures]
+
+Nothing here asserts a time: the figures are for reading, and the ratios (ours
+against a raw ASGI app and against aimock, in the same run on the same
+machine) are what survive a noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from bench import matching, replies, stream_drift
+from bench.servers import ROOT
+
+
+def fixtures() -> list[dict[str, Any]]:
+    # Its own process: it sets up Django on a scratch database.
+    output = subprocess.run(
+        [sys.executable, "-m", "bench.fixtures", "--json"], cwd=ROOT, check=True,
+        capture_output=True, text=True,
+    ).stdout
+    rows: list[dict[str, Any]] = json.loads(output.strip().splitlines()[-1])
+    return rows
+
+
+def markdown(title: str, rows: list[dict[str, Any]]) -> str:
+    columns = list(rows[0])
+    lines = [f"### {title}", "", "| " + " | ".join(columns) + " |",
+             "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=10, help="wrk duration per server")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--only", default="replies,streams,matching,fixtures")
+    args = parser.parse_args()
+    sections: dict[str, tuple[str, Callable[[], list[dict[str, Any]]]]] = {
+        "replies": ("Replies: POST /v1/chat/completions (wrk, 2 threads, "
+                    f"{args.connections} connections, {args.seconds} s each)",
+                    lambda: replies.run(args.seconds, args.connections)),
+        "streams": ("Streams: 1,000 concurrent SSE streams of 50 words, 10 ms apart",
+                    lambda: [stream_drift.run(streams=1000, words=50, delay_ms=10)]),
+        "matching": ("Matching: the pure matcher, the answering rule last", matching.run),
+        "fixtures": ("Fixtures: 10,000 rules", fixtures),
+    }
+    for name in args.only.split(","):
+        title, work = sections[name.strip()]
+        print(markdown(title, work()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
