@@ -100,9 +100,17 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": database_config(env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"))
-}
+
+def default_database_url() -> str:
+    """SQLite beside ``manage.py`` in a checkout, in the working directory when installed."""
+    # An installed package must never write into site-packages; the file has a name of its
+    # own, so a Django project's db.sqlite3 in the same directory is never touched.
+    if (BASE_DIR / "manage.py").exists():
+        return f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+    return f"sqlite:///{Path.cwd() / 'static-agents.sqlite3'}"
+
+
+DATABASES = {"default": database_config(env_str("DATABASE_URL", default_database_url()))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "")
@@ -140,7 +148,8 @@ LOGGING = {
 
 # Static Agents' own settings.
 STATIC_AGENTS_FIXTURE = env_str("STATIC_AGENTS_FIXTURE", "")
-STATIC_AGENTS_DEFAULT_FIXTURE = BASE_DIR / "fixtures" / "demo.yml"
+# Inside the package, so an installed wheel has it too (fixtures/demo.yml links to it).
+STATIC_AGENTS_DEFAULT_FIXTURE = BASE_DIR / "staticagents" / "data" / "demo.yml"
 # The control API's bearer token; when empty, `serve` creates one, stores it and prints it.
 STATIC_AGENTS_CONTROL_TOKEN = env_str("STATIC_AGENTS_CONTROL_TOKEN", "")
 # The journal keeps about this many newest entries; older ones are pruned.

@@ -194,19 +194,16 @@ def reorder_rules(*, names: list[str]) -> list[str]:
     """Put the named rules first, in the given order; the others follow in their order."""
     with transaction.atomic():
         rules = {rule.name: rule for rule in Rule.objects.order_by("position", "id")}
-        errors = [
-            FieldError(f"[{i}]", f"no rule named {name!r}", "not_found")
-            for i, name in enumerate(names)
-            if name not in rules
-        ]
-        errors += [
-            FieldError(f"[{i}]", f"{name!r} is listed twice", "duplicate")
-            for i, name in enumerate(names)
-            if name in names[:i]
-        ]
+        errors, listed = [], set()
+        for i, name in enumerate(names):
+            if name not in rules:
+                errors.append(FieldError(f"[{i}]", f"no rule named {name!r}", "not_found"))
+            elif name in listed:
+                errors.append(FieldError(f"[{i}]", f"{name!r} is listed twice", "duplicate"))
+            listed.add(name)
         if errors:
             raise DocumentInvalid(errors)
-        order = [*names, *(name for name in rules if name not in names)]
+        order = [*names, *(name for name in rules if name not in listed)]
         for position, name in enumerate(order):
             rules[name].position = position
         Rule.objects.bulk_update(rules.values(), ["position"], batch_size=500)

@@ -73,7 +73,7 @@ def control_token_matches(token: str) -> bool:
     return stored is not None and secrets.compare_digest(ControlToken.digest_of(token), stored)
 
 
-class ControlTokenAuthentication(BaseAuthentication):  # type: ignore[misc]
+class ControlTokenAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[ControlClient, str] | None:
         scheme, _, token = get_authorization_header(request).decode("latin-1").partition(" ")
         if scheme.lower() != "bearer":
@@ -86,7 +86,7 @@ class ControlTokenAuthentication(BaseAuthentication):  # type: ignore[misc]
         return 'Bearer realm="static-agents-control"'
 
 
-class StaffSessionAuthentication(SessionAuthentication):  # type: ignore[misc]
+class StaffSessionAuthentication(SessionAuthentication):
     """A logged-in staff user (the admin's session); CSRF is enforced as for any session."""
 
     def authenticate(self, request: Request) -> tuple[Any, None] | None:
@@ -97,7 +97,7 @@ class StaffSessionAuthentication(SessionAuthentication):  # type: ignore[misc]
         return user, None
 
 
-class ControlView(APIView):  # type: ignore[misc]
+class ControlView(APIView):
     authentication_classes = [ControlTokenAuthentication, StaffSessionAuthentication]
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]
@@ -217,7 +217,7 @@ class FixtureView(ControlView):
     content type; a document with any error changes nothing (400, every error).
     """
 
-    def get(self, request: Request) -> HttpResponse:
+    def get(self, request: Request) -> Response | HttpResponse:
         reject_unknown_params(request, {"format"})
         document = export_document()
         if _wants_json(request):
@@ -246,7 +246,7 @@ def _wants_json(request: Request) -> bool:
 # -- journal, sessions, counters ----------------------------------------------------
 
 
-class JournalPagination(CursorPagination):  # type: ignore[misc]
+class JournalPagination(CursorPagination):
     """Newest first by id; a cursor stays stable while new entries arrive."""
 
     ordering = "-id"
@@ -272,7 +272,7 @@ class JournalPagination(CursorPagination):  # type: ignore[misc]
 class JournalView(ControlView):
     """``GET`` entries, newest first, filtered; ``DELETE`` clears all or ``?session=``."""
 
-    class FilterSerializer(serializers.Serializer):  # type: ignore[misc]
+    class FilterSerializer(serializers.Serializer):
         session = serializers.CharField(required=False)
         dialect = serializers.ChoiceField(DIALECTS, required=False)
         agent_type = serializers.CharField(required=False)
@@ -281,7 +281,7 @@ class JournalView(ControlView):
         fallback = serializers.BooleanField(required=False, allow_null=True, default=None)
         contains = serializers.CharField(required=False, trim_whitespace=False)
 
-    class OutputSerializer(serializers.ModelSerializer):  # type: ignore[misc]
+    class OutputSerializer(serializers.ModelSerializer):
         class Meta:
             model = JournalEntry
             fields = (
@@ -340,7 +340,7 @@ class CountersView(ControlView):
 class ExplainView(ControlView):
     """``POST`` an inquiry: the rule that would answer, and why each rule before it did not."""
 
-    class InputSerializer(serializers.Serializer):  # type: ignore[misc]
+    class InputSerializer(serializers.Serializer):
         query = serializers.CharField(allow_blank=True, trim_whitespace=False)
         agent_type = serializers.CharField(default="router")
         context = serializers.DictField(required=False, allow_null=True, default=None)

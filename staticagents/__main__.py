@@ -1,0 +1,25 @@
+"""``python -m staticagents`` and the ``static-agents`` command: Django's management commands.
+
+An installed wheel has no ``manage.py``; this is its stand-in, so
+``static-agents serve --port 8000`` or ``python -m staticagents import_fixture rules.yml``
+work from any directory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run one management command (``serve``, ``import_fixture``, ``migrate``, ...)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    from django.core.management import execute_from_command_line
+
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    execute_from_command_line(["static-agents", *arguments])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,678 @@
+"""A typed Python client for the control API (``/control/``), for tests of agent code.
+
+A client holds one *session*: a random key that the agent under test sends as
+the ``X-Static-Session`` header (``client.headers``, for an SDK's
+``default_headers``). The session keeps the test's scripted sequences,
+fail-first counts and journal apart from every other test's::
+
+    client = StaticAgentsClient("http://127.0.0.1:8000", token="...")
+    client.replies(tool_call("lookup", {"topic": "weather"}), "It is sunny.")
+    agent = OpenAI(base_url=client.openai_base_url, api_key="any",
+                   default_headers=client.headers)
+    ...  # run the agent
+    sent = client.requests()          # what the agent sent, oldest first, bodies parsed
+
+Every failure of the service is raised as a ``StaticAgentsError`` naming what
+went wrong; a rejected fixture is a ``FixtureRejected`` carrying the server's
+errors, each with its path in the document (``rules[0].match.querry``).
+
+The client needs only httpx: it imports nothing from Django, so it works in any
+test process, beside any other Django project.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+from urllib.parse import quote
+
+import httpx
+
+SESSION_HEADER = "X-Static-Session"
+TOKEN_VARIABLE = "STATIC_AGENTS_CONTROL_TOKEN"
+REPLIES_RULE = "replies"
+
+__all__ = [
+    "ControlAPIError",
+    "Counters",
+    "ErrorDetail",
+    "Explanation",
+    "FixtureRejected",
+    "FixtureSource",
+    "InstallResult",
+    "RecordedRequest",
+    "Reply",
+    "ServiceUnreachable",
+    "SessionReset",
+    "StaticAgentsClient",
+    "StaticAgentsError",
+    "Step",
+    "ToolCall",
+    "Unauthorized",
+    "Verdict",
+    "error",
+    "new_session_key",
+    "text",
+    "thinking",
+    "tool_call",
+]
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+class StaticAgentsError(Exception):
+    """Anything that went wrong talking to Static Agents."""
+
+
+class ServiceUnreachable(StaticAgentsError):
+    """No answer at the client's base URL (not started, wrong port, gone)."""
+
+
+@dataclass(frozen=True)
+class ErrorDetail:
+    """One problem the server reported: where (``path``), what, and its ``code``."""
+
+    path: str
+    message: str
+    code: str = "invalid"
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        line = f" (line {self.line})" if self.line is not None else ""
+        return f"{where}{self.message}{line}"
+
+    @classmethod
+    def from_json(cls, data: Any) -> ErrorDetail:
+        if not isinstance(data, Mapping):
+            return cls("", str(data))
+        line = data.get("line")
+        return cls(
+            path=str(data.get("path") or ""),
+            message=str(data.get("message") or ""),
+            code=str(data.get("code") or "invalid"),
+            line=line if isinstance(line, int) else None,
+        )
+
+
+class ControlAPIError(StaticAgentsError):
+    """The control API answered with an error status; ``errors`` says what and where."""
+
+    def __init__(self, action: str, status: int, errors: Sequence[ErrorDetail]) -> None:
+        self.action = action
+        self.status = status
+        self.errors = list(errors)
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        lines = [f"{self.action} failed with HTTP {self.status}"]
+        lines += [f"  {detail}" for detail in self.errors]
+        return "\n".join(lines)
+
+
+class Unauthorized(ControlAPIError):
+    """The control token is missing or wrong."""
+
+    def describe(self) -> str:
+        hint = (
+            f"  pass token=... or set {TOKEN_VARIABLE}; `serve` prints the token it "
+            "creates when none is configured"
+        )
+        return f"{super().describe()}\n{hint}"
+
+
+class FixtureRejected(ControlAPIError):
+    """The service refused a fixture; nothing was changed. ``errors`` names every problem."""
+
+    def __init__(self, source: str, status: int, errors: Sequence[ErrorDetail]) -> None:
+        self.source = source
+        super().__init__(f"installing {source}", status, errors)
+
+    def describe(self) -> str:
+        lines = [f"fixture {self.source} rejected (HTTP {self.status}); no rule was changed:"]
+        lines += [f"  {detail}" for detail in self.errors]
+        return "\n".join(lines)
+
+
+# -- results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """What installing a fixture did, and the session the client now uses."""
+
+    created: int
+    updated: int
+    deleted: int
+    session: str
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One journal entry: a request that reached a reply route, and what the service did.
+
+    ``body`` is the request body parsed as JSON (the text itself when it is not
+    JSON); ``raw_body`` is the text as sent. ``rule`` is None when the fallback
+    answered. ``headers`` are as the server recorded them, credentials masked.
+    """
+
+    id: int
+    created_at: datetime | None
+    dialect: str
+    route: str
+    session: str
+    agent_type: str
+    model: str
+    query: str
+    body: Any
+    raw_body: str
+    headers: Mapping[str, str]
+    rule: str | None
+    outcome: str
+    status: int
+    duration_ms: float
+    diagnosis: Any = None
+
+    @property
+    def fallback(self) -> bool:
+        """Whether no rule matched (the fallback answered)."""
+        return self.rule is None
+
+    @property
+    def messages(self) -> list[Any]:
+        """The ``messages`` of an OpenAI or Anthropic request body; empty otherwise."""
+        if isinstance(self.body, Mapping) and isinstance(self.body.get("messages"), list):
+            return list(self.body["messages"])
+        return []
+
+    def describe(self) -> str:
+        """One line naming the request: dialect, route, the rule that answered, the outcome."""
+        answered_by = "the fallback" if self.rule is None else f"rule {self.rule!r}"
+        return (
+            f"{self.dialect} {self.route} -> {answered_by}, {self.outcome} {self.status}"
+            f" (session {self.session!r})"
+        )
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RecordedRequest:
+        raw = str(data.get("body") or "")
+        return cls(
+            id=int(data["id"]),
+            created_at=_parse_time(data.get("created_at")),
+            dialect=str(data.get("dialect", "")),
+            route=str(data.get("route", "")),
+            session=str(data.get("session", "")),
+            agent_type=str(data.get("agent_type", "")),
+            model=str(data.get("model") or ""),
+            query=str(data.get("query") or ""),
+            body=_parse_body(raw),
+            raw_body=raw,
+            headers=dict(data.get("headers") or {}),
+            rule=data.get("rule") or None,
+            outcome=str(data.get("outcome", "")),
+            status=int(data.get("status") or 0),
+            duration_ms=float(data.get("duration_ms") or 0),
+            diagnosis=data.get("diagnosis"),
+        )
+
+
+def _parse_body(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What the service saw, for one session or (``session`` None) overall."""
+
+    session: str | None
+    requests: int
+    rules: Mapping[str, int]
+    fallbacks: int
+    errors: int
+    failed_first: int
+    cancelled: int
+    cut_off: int
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Counters:
+        return cls(
+            session=data.get("session"),
+            requests=int(data.get("requests", 0)),
+            rules=dict(data.get("rules") or {}),
+            fallbacks=int(data.get("fallbacks", 0)),
+            errors=int(data.get("errors", 0)),
+            failed_first=int(data.get("failed_first", 0)),
+            cancelled=int(data.get("cancelled", 0)),
+            cut_off=int(data.get("cut_off", 0)),
+            outcomes=dict(data.get("outcomes") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class SessionReset:
+    """What resetting a session cleared: its counter rows and journal entries."""
+
+    session: str
+    counters: int
+    journal: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why one rule did or did not answer: the failing predicate and the reason."""
+
+    rule: str
+    matched: bool
+    predicate: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The rule that would answer an inquiry (None: the fallback), and every rule's verdict."""
+
+    rule: str | None
+    fallback: bool
+    verdicts: tuple[Verdict, ...]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Explanation:
+        verdicts = tuple(
+            Verdict(
+                rule=str(v.get("rule")),
+                matched=bool(v.get("matched")),
+                predicate=v.get("predicate"),
+                reason=v.get("reason"),
+            )
+            for v in data.get("verdicts") or ()
+        )
+        return cls(rule=data.get("rule"), fallback=bool(data.get("fallback")), verdicts=verdicts)
+
+
+# -- scripted replies -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the stand-in model makes; ``id`` is generated by the service when absent."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": self.name, "arguments": dict(self.arguments)}
+        if self.id is not None:
+            doc["id"] = self.id
+        return doc
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One step of a scripted conversation, in the fixture's response fields.
+
+    ``extra`` holds any other response field of the fixture format (``stream``,
+    ``usage``, ``template``, ``fail_first``, ...), passed through as given.
+    """
+
+    content: str | None = None
+    thinking: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None
+    error: Mapping[str, Any] | None = None
+    retry_after: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def document(self) -> dict[str, Any]:
+        """The reply as a fixture response mapping."""
+        doc: dict[str, Any] = {}
+        if self.content is not None:
+            doc["content"] = self.content
+        if self.thinking is not None:
+            doc["thinking"] = self.thinking
+        if self.tool_calls:
+            doc["tool_calls"] = [call.document() for call in self.tool_calls]
+        if self.finish_reason is not None:
+            doc["finish_reason"] = self.finish_reason
+        if self.error is not None:
+            doc["error"] = dict(self.error)
+        if self.retry_after is not None:
+            doc["retry_after"] = self.retry_after
+        doc.update(self.extra)
+        return doc
+
+
+def text(
+    content: str,
+    *,
+    thinking: str | None = None,
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None,
+) -> Reply:
+    """Answer with ``content`` (after ``thinking``, if given), ending with ``finish_reason``."""
+    return Reply(content=content, thinking=thinking, finish_reason=finish_reason)
+
+
+def tool_call(
+    name: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    id: str | None = None,
+    content: str | None = None,
+) -> Reply:
+    """Call one tool; for parallel calls build ``Reply(tool_calls=(ToolCall(...), ...))``."""
+    return Reply(content=content, tool_calls=(ToolCall(name, dict(arguments or {}), id),))
+
+
+def thinking(thought: str, then: str = "") -> Reply:
+    """Think ``thought`` (sent as the dialect's reasoning), then answer ``then``."""
+    return Reply(content=then, thinking=thought)
+
+
+def error(
+    message: str = "Scripted error",
+    *,
+    status: int = 500,
+    type: str = "api_error",
+    retry_after: float | None = None,
+) -> Reply:
+    """Fail with HTTP ``status`` in the dialect's own error shape (``Retry-After`` if given)."""
+    return Reply(
+        error={"status": status, "type": type, "message": message}, retry_after=retry_after
+    )
+
+
+Step: TypeAlias = "str | Reply | Mapping[str, Any]"
+FixtureSource: TypeAlias = "str | os.PathLike[str] | Mapping[str, Any] | Sequence[Step]"
+
+
+def step_document(step: Step, index: int = 0) -> dict[str, Any]:
+    """A step of ``replies()`` as a fixture response: text, a Reply, or a response mapping."""
+    if isinstance(step, str):
+        return {"content": step}
+    if isinstance(step, Reply):
+        return step.document()
+    if isinstance(step, Mapping):
+        return dict(step)
+    raise TypeError(
+        f"step {index + 1} must be a str, a Reply or a response mapping, not {type(step).__name__}"
+    )
+
+
+def replies_document(
+    steps: Sequence[Step], *, on_exhausted: Literal["error", "repeat_last"] = "error"
+) -> dict[str, Any]:
+    """A fixture of one rule answering every request with the steps, in order, per session."""
+    if not steps:
+        raise ValueError("replies() needs at least one step")
+    responses = [step_document(step, index) for index, step in enumerate(steps)]
+    rule = {"name": REPLIES_RULE, "responses": responses, "on_exhausted": on_exhausted}
+    return {"version": 1, "rules": [rule]}
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+def new_session_key(prefix: str = "test") -> str:
+    """A random session key (``prefix-<16 hex digits>``)."""
+    return f"{prefix}-{secrets.token_hex(8)}"
+
+
+class StaticAgentsClient:
+    """The control API of one Static Agents service, bound to one session.
+
+    ``token`` defaults to ``$STATIC_AGENTS_CONTROL_TOKEN``; ``session`` to a new
+    random key. Use it as a context manager, or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        session: str | None = None,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        token = token if token is not None else os.environ.get(TOKEN_VARIABLE)
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=f"{self.base_url}/control", headers=auth, timeout=timeout
+        )
+        self._session = session or new_session_key()
+        self._installs = 0
+
+    # -- the session the agent under test sends -----------------------------------------
+
+    @property
+    def session(self) -> str:
+        """The session key the agent under test must send as ``X-Static-Session``."""
+        return self._session
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers carrying the session, for an SDK's ``default_headers``."""
+        return {SESSION_HEADER: self._session}
+
+    @property
+    def openai_base_url(self) -> str:
+        """``base_url`` for the OpenAI SDK (and OpenAI-compatible clients)."""
+        return f"{self.base_url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """``base_url`` for the Anthropic SDK."""
+        return self.base_url
+
+    @property
+    def installs(self) -> int:
+        """How many times this client replaced the rules."""
+        return self._installs
+
+    def new_session(self) -> str:
+        """Switch to a new random session key and return it (earlier ``headers`` keep the old)."""
+        self._session = new_session_key()
+        return self._session
+
+    # -- rules ---------------------------------------------------------------------------
+
+    def install(self, fixture: FixtureSource) -> InstallResult:
+        """Replace every rule with ``fixture`` and start the session afresh.
+
+        ``fixture`` is a path to a YAML or JSON file, a fixture mapping, or a
+        list of replies (as for ``replies``). The session keeps its key (so SDK
+        clients built with ``headers`` stay bound to it) but its sequences,
+        fail-first counts and journal start over. A fixture the service refuses
+        raises ``FixtureRejected`` and changes nothing.
+        """
+        if isinstance(fixture, str | os.PathLike):
+            path = Path(fixture)
+            if not path.is_file():
+                raise FileNotFoundError(f"fixture file not found: {path}")
+            return self._put_fixture(path.read_bytes(), str(path), "application/yaml")
+        if isinstance(fixture, Mapping):
+            return self._put_fixture(json.dumps(fixture).encode(), "mapping", "application/json")
+        if isinstance(fixture, Sequence):
+            return self.replies(*fixture)
+        raise TypeError(
+            "install() takes a path, a fixture mapping or a list of replies, "
+            f"not {type(fixture).__name__}"
+        )
+
+    def replies(
+        self, *steps: Step, on_exhausted: Literal["error", "repeat_last"] = "error"
+    ) -> InstallResult:
+        """Script the model: answer the session's n-th request with the n-th step.
+
+        Each step is a str (the answer's text), a ``Reply`` (``text``,
+        ``tool_call``, ``thinking``, ``error``) or a response mapping in the
+        fixture format. After the last step the service fails with a "script
+        exhausted" error (``on_exhausted="repeat_last"`` repeats the last one).
+        """
+        document = replies_document(steps, on_exhausted=on_exhausted)
+        body = json.dumps(document).encode()
+        return self._put_fixture(body, f"replies() with {len(steps)} step(s)", "application/json")
+
+    def export_fixture(self) -> dict[str, Any]:
+        """The rules, defaults and fallback as the service holds them (fixture form)."""
+        response = self._send("GET", "/fixture", "exporting the fixture", params={"format": "json"})
+        document: dict[str, Any] = response.json()
+        return document
+
+    def _put_fixture(self, body: bytes, source: str, content_type: str) -> InstallResult:
+        response = self._request(
+            "PUT", "/fixture", content=body, headers={"Content-Type": content_type}
+        )
+        if response.status_code == 400:
+            raise FixtureRejected(source, 400, _error_details(response))
+        _raise_for_status(response, f"installing {source}")
+        imported = response.json()
+        self._installs += 1
+        self.reset()
+        return InstallResult(
+            created=int(imported.get("created", 0)),
+            updated=int(imported.get("updated", 0)),
+            deleted=int(imported.get("deleted", 0)),
+            session=self._session,
+        )
+
+    # -- what happened ---------------------------------------------------------------------
+
+    def requests(
+        self,
+        session: str | None = None,
+        *,
+        every_session: bool = False,
+        **filters: str | bool,
+    ) -> list[RecordedRequest]:
+        """The journal of a session (default: this client's), oldest first.
+
+        ``every_session=True`` lists every session's requests. ``filters`` are the
+        journal's own: ``dialect``, ``agent_type``, ``rule``, ``outcome``,
+        ``fallback`` (bool), ``contains`` (a substring of the body).
+        """
+        params: dict[str, str] = {"page_size": "1000"}
+        if not every_session:
+            params["session"] = session or self._session
+        for name, value in filters.items():
+            params[name] = str(value).lower() if isinstance(value, bool) else value
+        entries = [RecordedRequest.from_json(e) for e in self._journal_pages(params)]
+        return sorted(entries, key=lambda entry: entry.id)
+
+    def _journal_pages(self, params: dict[str, str]) -> Iterator[Mapping[str, Any]]:
+        response = self._send("GET", "/journal", "reading the journal", params=params)
+        while True:
+            page = response.json()
+            yield from page.get("results") or ()
+            next_url = page.get("next")
+            if not next_url:
+                return
+            response = self._send("GET", next_url, "reading the journal")
+
+    def counters(self, session: str | None = None, *, every_session: bool = False) -> Counters:
+        """What the service counted for a session (default: this client's), or overall."""
+        params = {} if every_session else {"session": session or self._session}
+        response = self._send("GET", "/counters", "reading the counters", params=params)
+        return Counters.from_json(response.json())
+
+    def reset(self, session: str | None = None) -> SessionReset:
+        """Start a session (default: this client's) afresh: sequences, counts, journal."""
+        key = session or self._session
+        path = f"/sessions/{quote(key, safe='')}"
+        data = self._send("DELETE", path, f"resetting session {key!r}").json()
+        return SessionReset(
+            session=key, counters=int(data.get("counters", 0)), journal=int(data.get("journal", 0))
+        )
+
+    def explain(
+        self,
+        query: str,
+        *,
+        agent_type: str | None = None,
+        context: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        system: str | None = None,
+        dialect: str | None = None,
+        turn: int | None = None,
+        tool_result: str | None = None,
+    ) -> Explanation:
+        """Which rule would answer this inquiry, and why each rule before it did not."""
+        given = {
+            "query": query,
+            "agent_type": agent_type,
+            "context": dict(context) if context is not None else None,
+            "model": model,
+            "system": system,
+            "dialect": dialect,
+            "turn": turn,
+            "tool_result": tool_result,
+        }
+        inquiry = {key: value for key, value in given.items() if value is not None}
+        response = self._send("POST", "/explain", "explaining an inquiry", json=inquiry)
+        return Explanation.from_json(response.json())
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _send(self, method: str, url: str, action: str, **kwargs: Any) -> httpx.Response:
+        response = self._request(method, url, **kwargs)
+        _raise_for_status(response, action)
+        return response
+
+    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, url, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServiceUnreachable(
+                f"cannot reach Static Agents at {self.base_url}: {exc or type(exc).__name__}"
+            ) from exc
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> StaticAgentsClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StaticAgentsClient({self.base_url!r}, session={self._session!r})"
+
+
+def _raise_for_status(response: httpx.Response, action: str) -> None:
+    if response.is_success:
+        return
+    details = _error_details(response)
+    if response.status_code == 401:
+        raise Unauthorized(action, 401, details)
+    raise ControlAPIError(action, response.status_code, details)
+
+
+def _error_details(response: httpx.Response) -> list[ErrorDetail]:
+    """The server's ``{"errors": [...]}``; the body's text when it is not in that shape."""
+    try:
+        errors = response.json().get("errors")
+    except (ValueError, AttributeError):
+        errors = None
+    if isinstance(errors, list) and errors:
+        return [ErrorDetail.from_json(e) for e in errors]
+    return [ErrorDetail("", response.text.strip()[:500] or response.reason_phrase, "http_error")]

@@ -1,0 +1,316 @@
+"""Assertions over what an agent sent, read from the journal (``client.requests()``).
+
+Each helper takes the recorded requests (or a client, whose session's requests
+it reads) and fails with an ``AssertionError`` naming the request ("request 2
+of 3: openai /v1/chat/completions ...") and the place in its body
+(``messages[1].content``). A check over no requests at all fails too: an empty
+journal usually means the agent did not send the session header, and a check
+of nothing must not pass.
+
+The body shapes understood are those of the dialects the service speaks:
+OpenAI Chat Completions, Anthropic Messages, the Google ADK ``/run`` body and
+the WebSocket message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from staticagents.client import RecordedRequest, StaticAgentsClient
+
+Requests = StaticAgentsClient | Iterable[RecordedRequest]
+
+# Credentials as their issuers shape them, most specific first (an Anthropic key also
+# looks like an OpenAI one).
+CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("an Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}")),
+    ("an OpenAI API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
+    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,})")),
+    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("a bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}")),
+    ("a JSON Web Token", re.compile(r"\beyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]{8,}")),
+    ("a private key", re.compile(r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----")),
+    ("a password in a URL", re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@\"']+:[^/\s@\"']+@")),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A credential found in a request body."""
+
+    where: str  # the path in the body, e.g. messages[1].content
+    what: str  # e.g. "an OpenAI API key 'sk-p…' (51 characters)"
+
+
+# -- credentials ---------------------------------------------------------------------------
+
+
+def assert_no_credentials(requests: Requests, secrets: Iterable[str] = ()) -> None:
+    """Fail when any request body holds something that looks like a credential.
+
+    Looks for API keys (OpenAI, Anthropic, Google, AWS, GitHub, Slack), bearer
+    tokens, JSON Web Tokens, private keys, passwords in URLs, and every string
+    in ``secrets`` (passwords and tokens the test gave the agent). Strings
+    inside the JSON body are searched after decoding, so escaping hides
+    nothing. The failure message masks what it found.
+    """
+    named = list(secrets)
+    if any(not isinstance(secret, str) or not secret for secret in named):
+        raise ValueError("every secret must be a non-empty string")
+    recorded = _recorded(requests, "assert_no_credentials")
+    problems = []
+    for index, request in enumerate(recorded):
+        for finding in _credentials_in(request.body, named):
+            problems.append(f"{_label(index, recorded)}: {finding.where}: {finding.what}")
+    if problems:
+        raise AssertionError("credentials found in request bodies:\n  " + "\n  ".join(problems))
+
+
+def _credentials_in(body: Any, secrets: Sequence[str]) -> Iterator[Finding]:
+    for where, value in _strings(body, ""):
+        for number, secret in enumerate(secrets, start=1):
+            if secret in value:
+                yield Finding(where, f"secret #{number} given to the check ({_masked(secret)})")
+        taken: list[range] = []  # an Anthropic key must not be reported again as OpenAI's
+        for what, pattern in CREDENTIAL_PATTERNS:
+            for match in pattern.finditer(value):
+                if any(match.start() in span for span in taken):
+                    continue
+                taken.append(range(match.start(), match.end()))
+                yield Finding(where, f"{what} {_masked(match.group(0))}")
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every string in a JSON value (keys too), with its path; the body itself if text."""
+    if isinstance(value, str):
+        yield (path or "(body)", value)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            yield (f"{child} (the key)", str(key))
+            yield from _strings(item, child)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{path}[{index}]")
+
+
+def _masked(secret: str) -> str:
+    """The first four characters and the length: enough to recognise it, not to use it."""
+    return f"'{secret[:4]}…' ({len(secret)} characters)"
+
+
+# -- tool results --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool result an agent sent back: the call it answers, its text, where it was."""
+
+    call_id: str | None
+    text: str
+    where: str
+
+
+def assert_tool_result_sent(
+    requests: Requests, call_id: str, *, contains: str | None = None
+) -> RecordedRequest:
+    """Fail unless some request sent back a tool result for ``call_id``; return that request.
+
+    ``contains``: the result's text must also contain this. Tool results are
+    OpenAI ``tool`` messages (``tool_call_id``), Anthropic ``tool_result``
+    blocks (``tool_use_id``) and ADK ``functionResponse`` parts (``id``).
+    """
+    recorded = _recorded(requests, "assert_tool_result_sent")
+    seen: list[str] = []
+    for index, request in enumerate(recorded):
+        for result in tool_results(request.body):
+            if result.call_id == call_id and (contains is None or contains in result.text):
+                return request
+            seen.append(
+                f"{_label(index, recorded)}: {result.where}: call {result.call_id!r}"
+                f" -> {_clip(result.text)!r}"
+            )
+    wanted = f"for call {call_id!r}" + (f" containing {contains!r}" if contains else "")
+    if not seen:
+        raise AssertionError(
+            f"no tool result {wanted} was sent: none of the {len(recorded)} request(s) "
+            "carried a tool result"
+        )
+    raise AssertionError(
+        f"no tool result {wanted} was sent; tool results sent:\n  " + "\n  ".join(seen)
+    )
+
+
+def tool_results(body: Any) -> list[ToolResult]:
+    """The tool results a request body carries, in any dialect the service speaks."""
+    if not isinstance(body, Mapping):
+        return []
+    found = list(_openai_and_anthropic_results(body))
+    message = body.get("newMessage", body.get("new_message"))
+    if isinstance(message, Mapping):
+        found += _adk_results(message)
+    if isinstance(body.get("tool_result"), str):  # the WebSocket message: no call id
+        found.append(ToolResult(None, body["tool_result"], "tool_result"))
+    return found
+
+
+def _openai_and_anthropic_results(body: Mapping[str, Any]) -> Iterator[ToolResult]:
+    messages = body.get("messages")
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        if not isinstance(message, Mapping):
+            continue
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            yield ToolResult(call_id, _text_of(message.get("content")), f"messages[{index}]")
+        content = message.get("content")
+        for block_index, block in enumerate(content if isinstance(content, list) else ()):
+            if isinstance(block, Mapping) and block.get("type") == "tool_result":
+                yield ToolResult(
+                    block.get("tool_use_id"),
+                    _text_of(block.get("content")),
+                    f"messages[{index}].content[{block_index}]",
+                )
+
+
+def _adk_results(message: Mapping[str, Any]) -> Iterator[ToolResult]:
+    parts = message.get("parts")
+    for index, part in enumerate(parts if isinstance(parts, list) else ()):
+        if not isinstance(part, Mapping):
+            continue
+        response = part.get("functionResponse", part.get("function_response"))
+        if isinstance(response, Mapping):
+            where = f"newMessage.parts[{index}].functionResponse"
+            yield ToolResult(response.get("id"), _text_of(response.get("response")), where)
+
+
+# -- system prompts ------------------------------------------------------------------------
+
+
+def assert_system_prompt(
+    requests: Requests,
+    contains: str | None = None,
+    *,
+    equals: str | None = None,
+    every: bool = False,
+) -> RecordedRequest:
+    """Fail unless a request (``every=True``: every request) used the given system prompt.
+
+    The prompt must contain ``contains`` and/or be exactly ``equals``. It is
+    read from OpenAI ``system``/``developer`` messages and Anthropic's
+    ``system``. Returns the first request that used it.
+    """
+    if contains is None and equals is None:
+        raise ValueError("assert_system_prompt needs contains= or equals=")
+    recorded = _recorded(requests, "assert_system_prompt")
+    prompts = [system_prompt(request.body) for request in recorded]
+    fits = [_prompt_fits(prompt, contains, equals) for prompt in prompts]
+    if all(fits) if every else any(fits):
+        return recorded[fits.index(True)]
+    wanted = []
+    if contains is not None:
+        wanted.append(f"containing {contains!r}")
+    if equals is not None:
+        wanted.append(f"equal to {equals!r}")
+    quantity = "not every request" if every else "no request"
+    lines = [
+        f"{_label(index, recorded)}: "
+        + ("no system prompt" if prompt is None else f"system prompt {_clip(prompt, 120)!r}")
+        for index, prompt in enumerate(prompts)
+        if not fits[index]
+    ]
+    head = f"{quantity} used a system prompt {' and '.join(wanted)}"
+    raise AssertionError(f"{head}:\n  " + "\n  ".join(lines))
+
+
+def system_prompt(body: Any) -> str | None:
+    """The system prompt of an OpenAI or Anthropic request body; None when it has none."""
+    if not isinstance(body, Mapping):
+        return None
+    if "system" in body and body["system"] is not None:
+        return _text_of(body["system"])
+    messages = body.get("messages")
+    texts = [
+        _text_of(message.get("content"))
+        for message in (messages if isinstance(messages, list) else ())
+        if isinstance(message, Mapping) and message.get("role") in ("system", "developer")
+    ]
+    return "\n".join(texts) if texts else None
+
+
+def _prompt_fits(prompt: str | None, contains: str | None, equals: str | None) -> bool:
+    if prompt is None:
+        return False
+    return (contains is None or contains in prompt) and (equals is None or prompt == equals)
+
+
+# -- shared --------------------------------------------------------------------------------
+
+
+def _recorded(requests: Requests, check: str) -> list[RecordedRequest]:
+    if isinstance(requests, StaticAgentsClient):
+        recorded = requests.requests()
+        where = f" in session {requests.session!r}"
+    else:
+        recorded = list(requests)
+        where = ""
+    if not recorded:
+        raise AssertionError(
+            f"{check}: no requests to check{where}. Did the agent send the session header "
+            "(X-Static-Session, the client's .headers) to the service's URL?"
+        )
+    return recorded
+
+
+def _label(index: int, recorded: Sequence[RecordedRequest]) -> str:
+    return f"request {index + 1} of {len(recorded)} ({recorded[index].describe()})"
+
+
+def _text_of(content: Any) -> str:
+    """Text of a message's content: a string, text blocks/parts, or JSON for the rest."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            block["text"]
+            for block in content
+            if isinstance(block, Mapping) and isinstance(block.get("text"), str)
+        ]
+        if texts:
+            return "\n".join(texts)
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_requests(requests: Sequence[RecordedRequest], body_limit: int = 2000) -> str:
+    """The requests as readable text: one header line each, then the body (clipped)."""
+    if not requests:
+        return "(no requests)"
+    blocks = []
+    for index, request in enumerate(requests):
+        body = (
+            json.dumps(request.body, indent=2, ensure_ascii=False)
+            if not isinstance(request.body, str)
+            else request.body
+        )
+        if len(body) > body_limit:
+            body = f"{body[:body_limit]}\n… ({len(body) - body_limit} more characters)"
+        header = f"#{index + 1} {request.describe()}"
+        if request.query:
+            header += f"\n   query: {_clip(request.query, 200)!r}"
+        blocks.append(f"{header}\n{_indent(body)}")
+    return "\n".join(blocks)
+
+
+def _indent(text: str, prefix: str = "   ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())

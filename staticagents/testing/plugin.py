@@ -1,0 +1,156 @@
+"""The pytest plugin: a stand-in model per test session, a fresh session per test.
+
+Registered through the ``pytest11`` entry point. Nothing happens until a test
+uses one of its fixtures; then the service starts once for the whole test run
+(a subprocess on a free port, a temporary SQLite database, a random control
+token) and stops at its end.
+
+Fixtures:
+
+* ``static_agents``: a ``StaticAgentsClient`` on a new session for this test.
+  Before the test, the rules are replaced with the test's fixture (see
+  ``static_agents_fixture``), else with the bundled demo rules.
+* ``static_agents_fixture``: the fixture a test starts with; by default the
+  argument of ``@pytest.mark.static_agents_fixture("rules.yml")`` (a path
+  relative to the test file, a mapping, or a list of replies), else None.
+  Override it in a ``conftest.py`` to give a directory of tests a default.
+* ``openai_base_url``, ``anthropic_base_url``, ``static_agents_headers``: what
+  the SDKs need (``base_url``, ``default_headers`` carrying the session).
+* ``static_agents_server``: the running service (``.url``, ``.token``), once per run.
+
+When a test that used the service fails, its report shows the journal of its session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from staticagents.client import FixtureSource, StaticAgentsClient
+    from staticagents.testing.server import StaticAgentsServer
+
+MARKER = "static_agents_fixture"
+CLIENT_KEY = pytest.StashKey["StaticAgentsClient"]()
+# Whether the service holds rules other than the demo it starts with (set before an
+# install is tried: a failed one may leave the question open).
+CUSTOM_RULES_KEY = pytest.StashKey[bool]()
+JOURNAL_SECTION = "Static Agents journal"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(fixture): the Static Agents fixture the test starts with "
+        "(a path relative to the test file, a mapping, or a list of replies)",
+    )
+
+
+@pytest.fixture(scope="session")
+def static_agents_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StaticAgentsServer]:
+    """The service, started once for the test run (or for each xdist worker)."""
+    from staticagents.testing.server import StaticAgentsServer
+
+    server = StaticAgentsServer(tmp_path_factory.mktemp("static-agents"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def static_agents_fixture(request: pytest.FixtureRequest) -> FixtureSource | None:
+    """The argument of the ``static_agents_fixture`` marker; paths are relative to the test."""
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is None:
+        return None
+    if len(marker.args) != 1 or marker.kwargs:
+        raise pytest.UsageError(
+            f"@pytest.mark.{MARKER} takes one argument (a path, a mapping or a list of "
+            f"replies), not {marker.args!r} {marker.kwargs!r}"
+        )
+    fixture: FixtureSource = marker.args[0]
+    if isinstance(fixture, str | os.PathLike):
+        return request.path.parent / Path(fixture)  # an absolute path stays as it is
+    return fixture
+
+
+@pytest.fixture
+def static_agents(
+    static_agents_server: StaticAgentsServer,
+    static_agents_fixture: FixtureSource | None,
+    request: pytest.FixtureRequest,
+) -> Iterator[StaticAgentsClient]:
+    """A client on a new session, the rules replaced with the test's fixture (or the demo)."""
+    from staticagents.client import new_session_key
+    from staticagents.testing.server import DEFAULT_FIXTURE
+
+    client = static_agents_server.client(session=new_session_key(session_prefix(request)))
+    request.node.stash[CLIENT_KEY] = client
+    # Every test starts from known rules, so an earlier test's install never leaks in;
+    # the demo rules the service starts with are installed again only when changed.
+    rules = request.config.stash
+    try:
+        if static_agents_fixture is not None:
+            rules[CUSTOM_RULES_KEY] = True
+            client.install(static_agents_fixture)
+        elif rules.get(CUSTOM_RULES_KEY, False):
+            client.install(DEFAULT_FIXTURE)
+            rules[CUSTOM_RULES_KEY] = False
+        installed_before_test = client.installs
+        yield client
+        if client.installs > installed_before_test:
+            rules[CUSTOM_RULES_KEY] = True
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def openai_base_url(static_agents: StaticAgentsClient) -> str:
+    """``base_url`` for the OpenAI SDK, pointing at the service."""
+    return static_agents.openai_base_url
+
+
+@pytest.fixture
+def anthropic_base_url(static_agents: StaticAgentsClient) -> str:
+    """``base_url`` for the Anthropic SDK, pointing at the service."""
+    return static_agents.anthropic_base_url
+
+
+@pytest.fixture
+def static_agents_headers(static_agents: StaticAgentsClient) -> dict[str, str]:
+    """Headers carrying this test's session, for an SDK's ``default_headers``."""
+    return static_agents.headers
+
+
+def session_prefix(request: pytest.FixtureRequest) -> str:
+    """The test's name, as a readable start of its session key."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")
+    return name[:80] or "test"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """A failed test that used the service gets its session's journal in its report."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    client = item.stash.get(CLIENT_KEY, None)
+    if client is None or not report.failed or call.when == "teardown":
+        return
+    report.sections.append((f"{JOURNAL_SECTION} (session {client.session})", journal_text(client)))
+
+
+def journal_text(client: StaticAgentsClient) -> str:
+    from staticagents.client import StaticAgentsError
+    from staticagents.testing.assertions import format_requests
+
+    try:
+        return format_requests(client.requests())
+    except StaticAgentsError as exc:  # the report must never fail because the service did
+        return f"(the journal could not be read: {exc})"
