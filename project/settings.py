@@ -152,6 +152,8 @@ STATIC_AGENTS_FIXTURE = env_str("STATIC_AGENTS_FIXTURE", "")
 STATIC_AGENTS_DEFAULT_FIXTURE = BASE_DIR / "staticagents" / "data" / "demo.yml"
 # The control API's bearer token; when empty, `serve` creates one, stores it and prints it.
 STATIC_AGENTS_CONTROL_TOKEN = env_str("STATIC_AGENTS_CONTROL_TOKEN", "")
+# Record every inquiry (on by default; off only to measure what the journal costs).
+STATIC_AGENTS_JOURNAL = env_bool("STATIC_AGENTS_JOURNAL", True)
 # The journal keeps about this many newest entries; older ones are pruned.
 STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000)
 STATIC_AGENTS_MAX_BODY_BYTES = env_int("STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024)

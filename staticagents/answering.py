@@ -7,28 +7,32 @@ renders the Reply in its own dialect.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, QuerySet
+from django.utils import timezone
 
+from staticagents.batching import database_thread
 from staticagents.core.inquiry import Inquiry, mask_headers
-from staticagents.core.matching import CompiledRule, explain_inquiry, match_inquiry
+from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.models import JournalEntry, SessionCounter
-from staticagents.selectors import active_ruleset
+from staticagents.selectors import active_ruleset, current_ruleset
 from staticagents.services import prune_journal
 
 SEQUENCE_KEY = "seq"
 
-# Journal entries written by this process; pruning runs on every n-th one, so the
-# reply path pays for it rarely and never with an extra query per request.
-_recorded = itertools.count(1)
+# Journal entries this process wrote since it last pruned: pruning runs every so
+# many entries, so the reply path pays for it rarely.
+_unpruned = 0
+_prune_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -38,24 +42,39 @@ class Answer:
 
 
 def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> Answer:
-    """Decide the reply to ``inquiry`` and record it in the journal."""
+    """Decide the reply to ``inquiry`` and record it in the journal (synchronous callers)."""
     started = time.perf_counter()
     ruleset = active_ruleset()
     rule = match_inquiry(ruleset, inquiry)
     step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
     reply = build_reply(ruleset, inquiry, rule, step)
-    diagnosis = None
-    if rule is None:  # "why did nothing match" is then one journal read away
-        diagnosis = [asdict(v) for v in explain_inquiry(ruleset, inquiry)]
-    entry = record_inquiry(
-        inquiry,
-        reply,
-        route=route,
-        body=body,
-        diagnosis=diagnosis,
-        duration_ms=(time.perf_counter() - started) * 1000,
-    )
+    if not settings.STATIC_AGENTS_JOURNAL:
+        return Answer(reply, None)
+    entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
+    entry.save()
+    _prune_now_and_then(entry.pk, 1)
     return Answer(reply, entry.pk)
+
+
+async def aanswer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> Answer:
+    """The same as ``answer_inquiry``, for the reply routes' event loop.
+
+    The stamp check and the journal insert go through the process's database
+    thread, which serves every waiting request with one read and one multi-row
+    insert; only rules with session state take a database transaction of their own.
+    """
+    started = time.perf_counter()
+    ruleset = await current_ruleset()
+    rule = match_inquiry(ruleset, inquiry)
+    if rule is not None and rule.stateful:
+        step = await database_sync_to_async(next_step)(rule, inquiry)
+    else:
+        step = Step()
+    reply = build_reply(ruleset, inquiry, rule, step)
+    if not settings.STATIC_AGENTS_JOURNAL:
+        return Answer(reply, None)
+    entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
+    return Answer(reply, await database_thread.record(entry))
 
 
 def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
@@ -119,36 +138,51 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def record_inquiry(
+def journal_entry(
     inquiry: Inquiry,
     reply: Reply,
+    ruleset: Ruleset,
     *,
     route: str,
     body: bytes | str,
-    diagnosis: list[dict[str, Any]] | None = None,
-    duration_ms: float = 0.0,
+    started: float,
 ) -> JournalEntry:
-    """Write one journal entry (credentials masked); prune the journal now and then."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    entry = JournalEntry.objects.create(
+    """The journal entry of one answered inquiry (unsaved); credentials are masked."""
+    diagnosis = None
+    if reply.rule is None:  # "why did nothing match" is then one journal read away
+        diagnosis = [asdict(v) for v in explain_inquiry(ruleset, inquiry)]
+    return JournalEntry(
+        created_at=timezone.now(),
         dialect=inquiry.dialect,
         route=route[:300],
         session=inquiry.session,
         agent_type=inquiry.agent_type[:200],
         model=inquiry.model[:200],
         query=inquiry.query,
-        body=text,
+        body=body.decode("utf-8", "replace") if isinstance(body, bytes) else body,
         headers=mask_headers(inquiry.headers),
         rule=reply.rule,
         outcome=reply.outcome,
         status=reply.error.status if reply.error else 200,
-        duration_ms=duration_ms,
+        duration_ms=(time.perf_counter() - started) * 1000,
         diagnosis=diagnosis,
     )
+
+
+def _prune_now_and_then(newest_id: int, written: int) -> None:
+    """Keep the journal near its cap: every so many entries, one indexed DELETE."""
+    global _unpruned
     cap = settings.STATIC_AGENTS_JOURNAL_MAX
-    if next(_recorded) % prune_interval(cap) == 0:
-        prune_journal(keep=cap, newest_id=entry.pk)
-    return entry
+    with _prune_lock:
+        _unpruned += written
+        due = _unpruned >= prune_interval(cap)
+        if due:
+            _unpruned = 0
+    if due:
+        prune_journal(keep=cap, newest_id=newest_id)
+
+
+database_thread.after_insert.append(_prune_now_and_then)
 
 
 def prune_interval(cap: int) -> int:

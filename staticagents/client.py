@@ -136,7 +136,7 @@ class FixtureRejected(ControlAPIError):
         super().__init__(f"installing {source}", status, errors)
 
     def describe(self) -> str:
-        lines = [f"fixture {self.source} rejected (HTTP {self.status}); no rule was changed:"]
+        lines = [f"{self.source} was rejected (HTTP {self.status}); no rule was changed:"]
         lines += [f"  {detail}" for detail in self.errors]
         return "\n".join(lines)
 
@@ -195,10 +195,7 @@ class RecordedRequest:
     def describe(self) -> str:
         """One line naming the request: dialect, route, the rule that answered, the outcome."""
         answered_by = "the fallback" if self.rule is None else f"rule {self.rule!r}"
-        return (
-            f"{self.dialect} {self.route} -> {answered_by}, {self.outcome} {self.status}"
-            f" (session {self.session!r})"
-        )
+        return f"{self.dialect} {self.route} -> {answered_by}, {self.outcome} {self.status}"
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RecordedRequest:
@@ -508,9 +505,10 @@ class StaticAgentsClient:
             path = Path(fixture)
             if not path.is_file():
                 raise FileNotFoundError(f"fixture file not found: {path}")
-            return self._put_fixture(path.read_bytes(), str(path), "application/yaml")
+            return self._put_fixture(path.read_bytes(), f"fixture {path}", "application/yaml")
         if isinstance(fixture, Mapping):
-            return self._put_fixture(json.dumps(fixture).encode(), "mapping", "application/json")
+            source = "the fixture mapping"
+            return self._put_fixture(json.dumps(fixture).encode(), source, "application/json")
         if isinstance(fixture, Sequence):
             return self.replies(*fixture)
         raise TypeError(

@@ -20,8 +20,17 @@ CONFIDENCE_CHOICES = [(c, c) for c in schema.CONFIDENCES]
 FINISH_CHOICES = [(f, f) for f in schema.FINISH_REASONS]
 DIALECT_CHOICES = [(d, d) for d in schema.DIALECTS]
 EXHAUSTED_CHOICES = [("repeat_last", "repeat the last reply"), ("error", "fail: script exhausted")]
-MATCH_KEYS = ("agent_type", "query", "contains", "context", "model", "system", "dialect", "turn",
-              "tool_result")
+MATCH_KEYS = (
+    "agent_type",
+    "query",
+    "contains",
+    "context",
+    "model",
+    "system",
+    "dialect",
+    "turn",
+    "tool_result",
+)
 RESPONSE_KEYS = tuple(schema.ResponseSpec.model_fields)
 
 
@@ -31,7 +40,7 @@ def raise_for_document(exc: schema.DocumentInvalid, field_prefix: str = "") -> N
     for error in exc.errors:
         head = error.path.split(".")[0].split("[")[0]
         field = f"{field_prefix}{head}" if head else "__all__"
-        rest = error.path[len(head):].lstrip(".")
+        rest = error.path[len(head) :].lstrip(".")
         message = f"{rest}: {error.message}" if rest else error.message
         # Prefixed: a model form swaps a message whose code its field knows ("invalid",
         # "required") for the field's generic text, losing the schema's explanation.
@@ -91,22 +100,32 @@ class Rule(models.Model):
     position = models.PositiveIntegerField(default=0, db_index=True)
     name = models.SlugField(max_length=200, unique=True)
     enabled = models.BooleanField(default=True)
-    match_agent_type = models.CharField("agent type", max_length=200, null=True, blank=True,
-                                        db_index=True)
+    match_agent_type = models.CharField(
+        "agent type", max_length=200, null=True, blank=True, db_index=True
+    )
     match_query = models.TextField("query regex", null=True, blank=True)
-    match_contains = models.JSONField("contains", null=True, blank=True,
-                                      help_text='A string or a list of strings, e.g. ["P-17"]')
-    match_context = models.JSONField("context", null=True, blank=True,
-                                     help_text='Field → regex, e.g. {"page_id": "."}')
+    match_contains = models.JSONField(
+        "contains", null=True, blank=True, help_text='A string or a list of strings, e.g. ["P-17"]'
+    )
+    match_context = models.JSONField(
+        "context", null=True, blank=True, help_text='Field → regex, e.g. {"page_id": "."}'
+    )
     match_model = models.TextField("model regex", null=True, blank=True)
     match_system = models.TextField("system prompt regex", null=True, blank=True)
-    match_dialect = models.CharField("dialect", max_length=20, choices=DIALECT_CHOICES, null=True,
-                                     blank=True)
+    match_dialect = models.CharField(
+        "dialect", max_length=20, choices=DIALECT_CHOICES, null=True, blank=True
+    )
     match_turn = models.PositiveIntegerField("turn", null=True, blank=True)
-    match_tool_result = models.JSONField("tool result", null=True, blank=True,
-                                         help_text="true, false or a regex on the result text")
-    on_exhausted = models.CharField(max_length=20, choices=EXHAUSTED_CHOICES, null=True,
-                                    blank=True, help_text="For a sequence of responses")
+    match_tool_result = models.JSONField(
+        "tool result", null=True, blank=True, help_text="true, false or a regex on the result text"
+    )
+    on_exhausted = models.CharField(
+        max_length=20,
+        choices=EXHAUSTED_CHOICES,
+        null=True,
+        blank=True,
+        help_text="For a sequence of responses",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     responses: models.Manager[RuleResponse]
@@ -129,8 +148,9 @@ class Rule(models.Model):
     def fields_from(cls, doc: dict[str, Any]) -> dict[str, Any]:
         match = doc.get("match") or {}
         fields = {f"match_{key}": match[key] for key in MATCH_KEYS if key in match}
-        fields.update(name=doc["name"], enabled=doc.get("enabled", True),
-                      on_exhausted=doc.get("on_exhausted"))
+        fields.update(
+            name=doc["name"], enabled=doc.get("enabled", True), on_exhausted=doc.get("on_exhausted")
+        )
         return fields
 
     def document(self, responses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -184,10 +204,12 @@ class Fallback(ResponseFields):
 class Defaults(models.Model):
     """Values that fill what a response leaves out (one row at most)."""
 
-    confidence = models.CharField(max_length=6, choices=CONFIDENCE_CHOICES, null=True, blank=True,
-                                  help_text="Absent: medium")
-    stream = models.JSONField(null=True, blank=True,
-                              help_text="{first_delay_ms, word_delay_ms, chunk}")
+    confidence = models.CharField(
+        max_length=6, choices=CONFIDENCE_CHOICES, null=True, blank=True, help_text="Absent: medium"
+    )
+    stream = models.JSONField(
+        null=True, blank=True, help_text="{first_delay_ms, word_delay_ms, chunk}"
+    )
 
     class Meta:
         verbose_name_plural = "defaults"
@@ -229,7 +251,9 @@ class SessionCounter(models.Model):
 
     session = models.CharField(max_length=200)
     rule = models.CharField(max_length=200)
-    key = models.CharField(max_length=80, default="", help_text="'seq' or 'fail:<step>:<query hash>'")
+    key = models.CharField(
+        max_length=80, default="", help_text="'seq' or 'fail:<step>:<query hash>'"
+    )
     count = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -244,7 +268,9 @@ class SessionCounter(models.Model):
 class JournalEntry(models.Model):
     """One inquiry that reached a reply route, and what the service did with it."""
 
-    OUTCOMES = [(o, o) for o in ("answered", "error", "failed_first", "cancelled", "cut_off", "rejected")]
+    OUTCOMES = [
+        (o, o) for o in ("answered", "error", "failed_first", "cancelled", "cut_off", "rejected")
+    ]
 
     # Only ``session`` is indexed: every index is paid on each insert, on the reply
     # path, and the other filters scan a journal the cap keeps small.
@@ -257,13 +283,15 @@ class JournalEntry(models.Model):
     query = models.TextField(blank=True, default="")
     body = models.TextField(blank=True, default="", help_text="The request body as sent")
     headers = models.JSONField(default=dict, help_text="Credentials masked")
-    rule = models.CharField(max_length=200, null=True, blank=True,
-                            help_text="Empty: the fallback answered")
+    rule = models.CharField(
+        max_length=200, null=True, blank=True, help_text="Empty: the fallback answered"
+    )
     outcome = models.CharField(max_length=20, choices=OUTCOMES)
     status = models.PositiveSmallIntegerField(default=200)
     duration_ms = models.FloatField(default=0)
-    diagnosis = models.JSONField(null=True, blank=True,
-                                 help_text="Why no rule matched (fallback answers only)")
+    diagnosis = models.JSONField(
+        null=True, blank=True, help_text="Why no rule matched (fallback answers only)"
+    )
     counted = models.BooleanField(default=True, help_text="Cleared when the counters are reset")
 
     class Meta:

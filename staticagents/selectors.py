@@ -6,11 +6,13 @@ import threading
 from collections import Counter
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, QuerySet, Value
 from django.db.models.functions import StrIndex
 
+from staticagents.batching import database_thread
 from staticagents.core.matching import Ruleset, compile_ruleset
 from staticagents.models import (
     ControlToken,
@@ -47,6 +49,15 @@ def active_ruleset() -> Ruleset:
             return _snapshot
         _snapshot = _build_snapshot()
         return _snapshot
+
+
+async def current_ruleset() -> Ruleset:
+    """``active_ruleset`` for the event loop: the stamp read is batched with other requests'."""
+    stamp = await database_thread.stamp()
+    current = _snapshot
+    if current is not None and current.stamp == stamp:
+        return current
+    return await sync_to_async(active_ruleset, thread_sensitive=False)()
 
 
 def _build_snapshot() -> Ruleset:

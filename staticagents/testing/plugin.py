@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,23 +92,36 @@ def static_agents(
     from staticagents.testing.server import DEFAULT_FIXTURE
 
     client = static_agents_server.client(session=new_session_key(session_prefix(request)))
-    request.node.stash[CLIENT_KEY] = client
     # Every test starts from known rules, so an earlier test's install never leaks in;
     # the demo rules the service starts with are installed again only when changed.
     rules = request.config.stash
     try:
         if static_agents_fixture is not None:
             rules[CUSTOM_RULES_KEY] = True
-            client.install(static_agents_fixture)
+            install_test_fixture(client, static_agents_fixture)
         elif rules.get(CUSTOM_RULES_KEY, False):
             client.install(DEFAULT_FIXTURE)
             rules[CUSTOM_RULES_KEY] = False
         installed_before_test = client.installs
+        request.node.stash[CLIENT_KEY] = client
         yield client
         if client.installs > installed_before_test:
             rules[CUSTOM_RULES_KEY] = True
     finally:
         client.close()
+
+
+def install_test_fixture(client: StaticAgentsClient, fixture: FixtureSource) -> None:
+    """Install the test's fixture; a refusal fails the test's setup with the reason alone."""
+    from staticagents.client import StaticAgentsError
+
+    try:
+        client.install(fixture)
+        return
+    except (StaticAgentsError, OSError) as exc:
+        reason = str(exc)
+    # Outside the except block: the reason alone, without the exception it came from.
+    pytest.fail(f"the test's Static Agents fixture was not installed:\n{reason}", pytrace=False)
 
 
 @pytest.fixture
@@ -136,7 +149,9 @@ def session_prefix(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
     """A failed test that used the service gets its session's journal in its report."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
@@ -147,10 +162,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def journal_text(client: StaticAgentsClient) -> str:
-    from staticagents.client import StaticAgentsError
     from staticagents.testing.assertions import format_requests
 
     try:
         return format_requests(client.requests())
-    except StaticAgentsError as exc:  # the report must never fail because the service did
+    except Exception as exc:  # a report must never fail because the service did
         return f"(the journal could not be read: {exc})"

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
@@ -69,6 +70,15 @@ class ReplyConsumer(AsyncHttpConsumer):
         return {"error": {"message": rejection.message, "type": rejection.kind}}
 
     # -- ASGI plumbing -------------------------------------------------------------
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels closes stale ORM connections before every message, a thread hop
+        # each time. Reply routes never touch the ORM on the event loop: their
+        # database work runs in threads that manage their own connections.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
 
     async def http_request(self, message: dict[str, Any]) -> None:
         chunk = message.get("body", b"")

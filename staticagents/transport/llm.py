@@ -15,9 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from channels.db import database_sync_to_async
-
-from staticagents.answering import Answer, answer_inquiry
+from staticagents.answering import Answer, aanswer_inquiry
 from staticagents.core.inquiry import session_key
 from staticagents.dialects.llm import (
     Conversation,
@@ -26,7 +24,7 @@ from staticagents.dialects.llm import (
     StreamEvent,
     choose_agent_type,
 )
-from staticagents.selectors import active_ruleset
+from staticagents.selectors import active_ruleset, current_ruleset
 from staticagents.transport.http import ReplyConsumer, RequestRejected, parse_json_object, sse
 
 # Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
@@ -54,7 +52,7 @@ class ModelReplyConsumer(ReplyConsumer):
             raise RequestRejected(400, invalid.message, param=invalid.param) from None
 
     async def answer(self, conversation: Conversation, body: bytes) -> Answer:
-        answer: Answer = await database_sync_to_async(answer_conversation)(
+        answer = await answer_conversation(
             conversation,
             dialect=self.dialect,
             prefix=self.scope.get("url_route", {}).get("kwargs", {}).get("agent_type"),
@@ -78,7 +76,7 @@ class ModelReplyConsumer(ReplyConsumer):
         return await self.send_paced((event.at, sse(event.data, event.event)) for event in events)
 
 
-def answer_conversation(
+async def answer_conversation(
     conversation: Conversation,
     *,
     dialect: str,
@@ -90,14 +88,14 @@ def answer_conversation(
     """Complete the inquiry from the route and headers, then answer and journal it."""
     header = headers.get("x-agent-type")
     # Only a request that names no agent type needs the rule snapshot to read its model.
-    known = () if (prefix or header) else active_ruleset().agent_types
+    known = () if (prefix or header) else (await current_ruleset()).agent_types
     agent_type = choose_agent_type(
         prefix=prefix, header=header, model=conversation.model, known=known
     )
     inquiry = conversation.inquiry(
         dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
     )
-    return answer_inquiry(inquiry, route=route, body=body)
+    return await aanswer_inquiry(inquiry, route=route, body=body)
 
 
 def known_agent_types() -> list[str]:

@@ -27,7 +27,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.urls import path
 
-from staticagents.answering import Answer, answer_inquiry, mark_cancelled
+from staticagents.answering import Answer, aanswer_inquiry, mark_cancelled
 from staticagents.core.inquiry import session_key
 from staticagents.dialects import websocket as dialect
 
@@ -95,9 +95,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             message, session=session, turn=turn, headers=self.handshake_headers
         )
         body = text if text is not None else (data or b"").decode("utf-8", "replace")
-        answer: Answer = await database_sync_to_async(answer_inquiry)(
-            inquiry, route=ROUTE, body=body
-        )
+        answer: Answer = await aanswer_inquiry(inquiry, route=ROUTE, body=body)
         self.entry_id = answer.entry_id
         events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
         await self.stream(events, message.request_id)
