@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 
 from staticagents.models import JournalEntry, RulesetState
 
@@ -73,15 +73,22 @@ class DatabaseThread:
         while True:
             work = self._collect()
             try:
-                self._serve(work)
+                self._serve_retrying(work)
             except Exception as exc:  # a failed round fails its requests, not the thread
                 log.exception("database round failed")
-                close_old_connections()
-                connection.close()
                 futures: list[Future[Any]] = [*work.stamps, *(f for _, f in work.entries)]
                 for future in futures:
                     if not future.done():
                         future.set_exception(exc)
+
+    def _serve_retrying(self, work: _Round) -> None:
+        """Serve a round; if the connection was lost (a database restart), reconnect once."""
+        try:
+            self._serve(work)
+        except (OperationalError, InterfaceError):
+            log.warning("database connection lost; reconnecting", exc_info=True)
+            connection.close()
+            self._serve(work)
 
     def _collect(self) -> _Round:
         work = _Round()
@@ -98,20 +105,23 @@ class DatabaseThread:
                 return work
 
     def _serve(self, work: _Round) -> None:
-        if work.entries:
+        # Skips what an interrupted earlier attempt at this round already settled.
+        pending = [(entry, future) for entry, future in work.entries if not future.done()]
+        if pending:
             with transaction.atomic():
-                ids = insert_entries([entry for entry, _ in work.entries])
-            for (_, future), pk in zip(work.entries, ids, strict=True):
+                ids = insert_entries([entry for entry, _ in pending])
+            for (_, future), pk in zip(pending, ids, strict=True):
                 future.set_result(pk)
             for callback in self.after_insert:
                 callback(ids[-1], len(ids))
-        if work.stamps:
+        if any(not future.done() for future in work.stamps):
             with connection.cursor() as cursor:
                 cursor.execute(STAMP_SQL)
                 row = cursor.fetchone()
             stamp = str(row[0]) if row else ""
             for waiter in work.stamps:
-                waiter.set_result(stamp)
+                if not waiter.done():
+                    waiter.set_result(stamp)
 
 
 def insert_entries(entries: list[JournalEntry], batch: int = 200) -> list[int]:
