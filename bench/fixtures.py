@@ -52,13 +52,19 @@ def run(rules: int) -> list[dict[str, Any]]:
     _, search_s = timed(lambda: client.get("/admin/staticagents/rule/?q=topic+00004"))
     size = len(text.encode())
     return [
-        {"step": f"parse + validate {rules:,} rules ({size / 1e6:.1f} MB YAML)",
-         "seconds": round(parse_s, 3)},
+        {
+            "step": f"parse + validate {rules:,} rules ({size / 1e6:.1f} MB YAML)",
+            "seconds": round(parse_s, 3),
+        },
         {"step": f"import {rules:,} rules into the database", "seconds": round(import_s, 3)},
-        {"step": "import total (parse + validate + write)",
-         "seconds": round(parse_s + import_s, 3)},
-        {"step": f"export {rules:,} rules to YAML ({len(exported) / 1e6:.1f} MB)",
-         "seconds": round(export_s, 3)},
+        {
+            "step": "import total (parse + validate + write)",
+            "seconds": round(parse_s + import_s, 3),
+        },
+        {
+            "step": f"export {rules:,} rules to YAML ({len(exported) / 1e6:.1f} MB)",
+            "seconds": round(export_s, 3),
+        },
         {"step": "admin rule list, first page", "seconds": round(page_s, 3)},
         {"step": "admin rule list, a search", "seconds": round(search_s, 3)},
     ]

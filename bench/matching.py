@@ -26,8 +26,9 @@ def rule_documents(count: int) -> list[dict[str, Any]]:
         else:
             match = {"agent_type": "error_analysis", "query": f"error {i:05d}"}
         rules.append({"name": f"rule-{i}", "match": match, "response": {"content": "x"}})
-    rules.append({"name": "answer", "match": {"contains": "the-last-one"},
-                  "response": {"content": "found"}})
+    rules.append(
+        {"name": "answer", "match": {"contains": "the-last-one"}, "response": {"content": "found"}}
+    )
     return rules
 
 

@@ -30,15 +30,28 @@ AIMOCK_VERSION = "1.43.0"
 def fixtures(directory: Path) -> tuple[Path, Path]:
     """Equivalent fixtures for us and for aimock: RULES rules, the last one answers."""
     topics = [f"bench-topic-{i:03d}" for i in range(RULES - 1)]
-    ours = {"rules": [
-        *({"name": t, "match": {"contains": t}, "response": {"content": f"About {t}."}}
-          for t in topics),
-        {"name": "hello", "match": {"contains": "hello bench"}, "response": {"content": ANSWER}},
-    ]}
-    theirs = {"fixtures": [
-        *({"match": {"userMessage": t}, "response": {"content": f"About {t}."}} for t in topics),
-        {"match": {"userMessage": "hello bench"}, "response": {"content": ANSWER}},
-    ]}
+    ours = {
+        "rules": [
+            *(
+                {"name": t, "match": {"contains": t}, "response": {"content": f"About {t}."}}
+                for t in topics
+            ),
+            {
+                "name": "hello",
+                "match": {"contains": "hello bench"},
+                "response": {"content": ANSWER},
+            },
+        ]
+    }
+    theirs = {
+        "fixtures": [
+            *(
+                {"match": {"userMessage": t}, "response": {"content": f"About {t}."}}
+                for t in topics
+            ),
+            {"match": {"userMessage": "hello bench"}, "response": {"content": ANSWER}},
+        ]
+    }
     (directory / "ours.yml").write_text(yaml.safe_dump(ours, sort_keys=False))
     (directory / "aimock.json").write_text(json.dumps(theirs))
     return directory / "ours.yml", directory / "aimock.json"
@@ -61,20 +74,33 @@ def aimock(fixture: Path) -> Server | str:
     if not cli.exists():
         package.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
-            ["npm", "install", "--silent", "--prefix", str(package),
-             f"@copilotkit/aimock@{AIMOCK_VERSION}"],
-            capture_output=True, text=True,
+            [
+                "npm",
+                "install",
+                "--silent",
+                "--prefix",
+                str(package),
+                f"@copilotkit/aimock@{AIMOCK_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
             return f"npm install of aimock failed: {result.stderr.strip()[:200]}"
-    return Server("aimock", ["node", str(cli), "-p", "{port}", "-f", str(fixture),
-                             "--log-level", "silent"], ready_path="/health")
+    return Server(
+        "aimock",
+        ["node", str(cli), "-p", "{port}", "-f", str(fixture), "--log-level", "silent"],
+        ready_path="/health",
+    )
 
 
 def measure(server: Server, path: str, body: Path, seconds: int, connections: int) -> Load:
     with server:
-        check = httpx.post(server.url + path, content=body.read_bytes(),
-                           headers={"content-type": "application/json"})
+        check = httpx.post(
+            server.url + path,
+            content=body.read_bytes(),
+            headers={"content-type": "application/json"},
+        )
         check.raise_for_status()
         wrk(server.url + path, body, seconds=1, connections=connections)  # warm up
         return wrk(server.url + path, body, seconds=seconds, connections=connections)
@@ -89,31 +115,62 @@ def run(seconds: int = 10, connections: int = 32) -> list[dict[str, Any]]:
         results: dict[str, Load | str] = {}
         ours = serve("static-agents", database_url=db, fixture=ours_fixture)
         results["static-agents (journal on)"] = measure(
-            ours, "/v1/chat/completions", openai_body, seconds, connections)
+            ours, "/v1/chat/completions", openai_body, seconds, connections
+        )
         with ours:  # the exact bytes we answer, for the raw ASGI app
-            reply = httpx.post(ours.url + "/v1/chat/completions",
-                               content=openai_body.read_bytes()).content
+            reply = httpx.post(
+                ours.url + "/v1/chat/completions", content=openai_body.read_bytes()
+            ).content
         (directory / "reply.json").write_bytes(reply)
-        raw = Server("raw-asgi", [sys.executable, "-m", "uvicorn", "bench.raw_asgi:app",
-                                  "--port", "{port}", "--log-level", "warning",
-                                  "--no-access-log", "--lifespan", "off"],
-                     env={"BENCH_RAW_BODY_FILE": str(directory / "reply.json")})
+        raw = Server(
+            "raw-asgi",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.raw_asgi:app",
+                "--port",
+                "{port}",
+                "--log-level",
+                "warning",
+                "--no-access-log",
+                "--lifespan",
+                "off",
+            ],
+            env={"BENCH_RAW_BODY_FILE": str(directory / "reply.json")},
+        )
         results["raw ASGI app, same bytes"] = measure(
-            raw, "/v1/chat/completions", openai_body, seconds, connections)
+            raw, "/v1/chat/completions", openai_body, seconds, connections
+        )
         peer = aimock(aimock_fixture)
-        results["aimock"] = peer if isinstance(peer, str) else measure(
-            peer, "/v1/chat/completions", openai_body, seconds, connections)
-        quiet = serve("static-agents", database_url=db, fixture=ours_fixture,
-                      env={"STATIC_AGENTS_JOURNAL": "off"})
+        results["aimock"] = (
+            peer
+            if isinstance(peer, str)
+            else measure(peer, "/v1/chat/completions", openai_body, seconds, connections)
+        )
+        quiet = serve(
+            "static-agents",
+            database_url=db,
+            fixture=ours_fixture,
+            env={"STATIC_AGENTS_JOURNAL": "off"},
+        )
         results["static-agents (journal off)"] = measure(
-            quiet, "/v1/chat/completions", openai_body, seconds, connections)
+            quiet, "/v1/chat/completions", openai_body, seconds, connections
+        )
         results["static-agents, Galaxy /api/ai/agents/query"] = measure(
-            serve("static-agents", database_url=db, fixture=ours_fixture), "/api/ai/agents/query", galaxy_body,
-            seconds, connections)
+            serve("static-agents", database_url=db, fixture=ours_fixture),
+            "/api/ai/agents/query",
+            galaxy_body,
+            seconds,
+            connections,
+        )
         results["static-agents, 2 workers"] = measure(
             serve("static-agents", database_url=db, fixture=ours_fixture, workers=2),
             "/v1/chat/completions",
-            openai_body, seconds, connections)
+            openai_body,
+            seconds,
+            connections,
+        )
     return table(results)
 
 
@@ -123,15 +180,25 @@ def table(results: dict[str, Load | str]) -> list[dict[str, Any]]:
     rows = []
     for name, load in results.items():
         if isinstance(load, str):
-            rows.append({"server": name, "req/s": "-", "p50 ms": "-", "p99 ms": "-",
-                         "errors": "-", "ours ÷ this": load})
+            rows.append(
+                {
+                    "server": name,
+                    "req/s": "-",
+                    "p50 ms": "-",
+                    "p99 ms": "-",
+                    "errors": "-",
+                    "ours ÷ this": load,
+                }
+            )
             continue
-        rows.append({
-            "server": name,
-            "req/s": round(load.requests_per_second),
-            "p50 ms": round(load.p50_ms, 2),
-            "p99 ms": round(load.p99_ms, 2),
-            "errors": load.errors,
-            "ours ÷ this": round(ours.requests_per_second / load.requests_per_second, 2),
-        })
+        rows.append(
+            {
+                "server": name,
+                "req/s": round(load.requests_per_second),
+                "p50 ms": round(load.p50_ms, 2),
+                "p99 ms": round(load.p99_ms, 2),
+                "errors": load.errors,
+                "ours ÷ this": round(ours.requests_per_second / load.requests_per_second, 2),
+            }
+        )
     return rows

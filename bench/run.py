@@ -23,8 +23,11 @@ from bench.servers import ROOT
 def fixtures() -> list[dict[str, Any]]:
     # Its own process: it sets up Django on a scratch database.
     output = subprocess.run(
-        [sys.executable, "-m", "bench.fixtures", "--json"], cwd=ROOT, check=True,
-        capture_output=True, text=True,
+        [sys.executable, "-m", "bench.fixtures", "--json"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     rows: list[dict[str, Any]] = json.loads(output.strip().splitlines()[-1])
     return rows
@@ -32,8 +35,7 @@ def fixtures() -> list[dict[str, Any]]:
 
 def markdown(title: str, rows: list[dict[str, Any]]) -> str:
     columns = list(rows[0])
-    lines = [f"### {title}", "", "| " + " | ".join(columns) + " |",
-             "|" + "---|" * len(columns)]
+    lines = [f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
@@ -45,11 +47,15 @@ def main() -> None:
     parser.add_argument("--only", default="replies,streams,matching,fixtures")
     args = parser.parse_args()
     sections: dict[str, tuple[str, Callable[[], list[dict[str, Any]]]]] = {
-        "replies": ("Replies: POST /v1/chat/completions (wrk, 2 threads, "
-                    f"{args.connections} connections, {args.seconds} s each)",
-                    lambda: replies.run(args.seconds, args.connections)),
-        "streams": ("Streams: 1,000 concurrent SSE streams of 50 words, 10 ms apart",
-                    lambda: [stream_drift.run(streams=1000, words=50, delay_ms=10)]),
+        "replies": (
+            "Replies: POST /v1/chat/completions (wrk, 2 threads, "
+            f"{args.connections} connections, {args.seconds} s each)",
+            lambda: replies.run(args.seconds, args.connections),
+        ),
+        "streams": (
+            "Streams: 1,000 concurrent SSE streams of 50 words, 10 ms apart",
+            lambda: [stream_drift.run(streams=1000, words=50, delay_ms=10)],
+        ),
         "matching": ("Matching: the pure matcher, the answering rule last", matching.run),
         "fixtures": ("Fixtures: 10,000 rules", fixtures),
     }

@@ -43,8 +43,12 @@ class Server:
     def start(self, timeout: float = 60) -> Server:
         command = [part.replace("{port}", str(self.port)) for part in self.command]
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env={**os.environ, **self.env},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            command,
+            cwd=ROOT,
+            env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -88,8 +92,13 @@ def serve(
     return Server(
         name,
         command,
-        env={"DATABASE_URL": database_url, "DEBUG": "false", "STATIC_AGENTS_FIXTURE": "",
-             "STATIC_AGENTS_CONTROL_TOKEN": "bench", **(env or {})},
+        env={
+            "DATABASE_URL": database_url,
+            "DEBUG": "false",
+            "STATIC_AGENTS_FIXTURE": "",
+            "STATIC_AGENTS_CONTROL_TOKEN": "bench",
+            **(env or {}),
+        },
         ready_path="/v1/models",
     )
 
@@ -107,10 +116,20 @@ def wrk(url: str, body: Path, *, seconds: int, connections: int, threads: int = 
     if shutil.which("wrk") is None:
         raise RuntimeError("wrk is not installed: apt-get install wrk")
     output = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
-         "-s", str(ROOT / "bench" / "post.lua"), url],
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(ROOT / "bench" / "post.lua"),
+            url,
+        ],
         env={**os.environ, "BENCH_BODY_FILE": str(body)},
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", output))
     errors += sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", output))

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from staticagents.batching import database_thread
+from staticagents.batching import database_thread, insert_entries
 from staticagents.core.inquiry import Inquiry, mask_headers
 from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
@@ -51,9 +51,9 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
-    entry.save()
-    _prune_now_and_then(entry.pk, 1)
-    return Answer(reply, entry.pk)
+    [entry_id] = insert_entries([entry])
+    _prune_now_and_then(entry_id, 1)
+    return Answer(reply, entry_id)
 
 
 async def aanswer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> Answer:

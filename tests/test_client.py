@@ -221,7 +221,7 @@ def test_a_rejected_fixture_names_every_error_and_changes_nothing(
         4,
     )
     message = str(rejected.value)
-    assert message.startswith(f"fixture {path} rejected (HTTP 400); no rule was changed:")
+    assert message.startswith(f"fixture {path} was rejected (HTTP 400); no rule was changed:")
     assert "  rules[0].match.querry: unknown key (line 4)" in message
     assert [r["name"] for r in client.export_fixture()["rules"]] == ["replies"]
 
@@ -244,31 +244,30 @@ def test_requests_counters_and_reset_cover_one_session(
     client: StaticAgentsClient, live_url: str
 ) -> None:
     client.install({"rules": [{"name": "hello", "match": {"contains": "hello"}, "response": {}}]})
-    other = StaticAgentsClient(live_url, token=CONTROL_TOKEN)
-    for bound, question in ((client, "hello"), (client, "nothing matches"), (other, "hello")):
-        sdk(bound).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": question}]
+    with StaticAgentsClient(live_url, token=CONTROL_TOKEN) as other:
+        for bound, question in ((client, "hello"), (client, "nothing matches"), (other, "hello")):
+            sdk(bound).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": question}]
+            )
+
+        assert [r.query for r in client.requests()] == ["hello", "nothing matches"]
+        assert [r.query for r in client.requests(fallback=True)] == ["nothing matches"]
+        assert [r.session for r in client.requests(other.session)] == [other.session]
+        assert len(client.requests(every_session=True)) == 3
+
+        counters = client.counters()
+        assert (counters.session, counters.requests, counters.rules, counters.fallbacks) == (
+            client.session,
+            2,
+            {"hello": 1},
+            1,
         )
+        assert client.counters(every_session=True).requests == 3
 
-    assert [r.query for r in client.requests()] == ["hello", "nothing matches"]
-    assert [r.query for r in client.requests(fallback=True)] == ["nothing matches"]
-    assert [r.session for r in client.requests(other.session)] == [other.session]
-    assert len(client.requests(every_session=True)) == 3
-
-    counters = client.counters()
-    assert (counters.session, counters.requests, counters.rules, counters.fallbacks) == (
-        client.session,
-        2,
-        {"hello": 1},
-        1,
-    )
-    assert client.counters(every_session=True).requests == 3
-
-    reset = client.reset()
-    assert (reset.session, reset.journal) == (client.session, 2)
-    assert client.requests() == [] and client.counters().requests == 0
-    assert len(other.requests()) == 1
-    other.close()
+        reset = client.reset()
+        assert (reset.session, reset.journal) == (client.session, 2)
+        assert client.requests() == [] and client.counters().requests == 0
+        assert len(other.requests()) == 1
 
 
 def test_explain_names_the_rule_and_why_earlier_rules_did_not_match(
@@ -359,8 +358,8 @@ def test_assert_no_credentials_names_the_request_the_place_and_masks_the_secret(
         assert_no_credentials(client, secrets=["hunter2"])
     message = str(caught.value)
     assert message.splitlines()[0] == "credentials found in request bodies:"
-    label = "request 2 of 2 (openai /v1/chat/completions -> rule 'replies', answered 200"
-    assert f"{label} (session '{client.session}')): messages[1].content: secret #1" in message
+    label = "request 2 of 2 (openai /v1/chat/completions -> rule 'replies', answered 200)"
+    assert f"{label}: messages[1].content: secret #1 given to the check ('hunt…'" in message
     assert "messages[1].content: an OpenAI API key 'sk-p…' (56 characters)" in message
     assert "messages[0].content: a password in a URL" in message
     assert "request 1 of 2" not in message

@@ -57,7 +57,10 @@ def fixture_file(tmp_path: Path, document: dict[str, Any], name: str = "rules.ym
 
 def server(database: str, fixture: Path | None, *, workers: int = 2) -> Server:
     return serve(
-        f"serve x{workers}", database_url=database, fixture=fixture, workers=workers,
+        f"serve x{workers}",
+        database_url=database,
+        fixture=fixture,
+        workers=workers,
         env={"REDIS_URL": REDIS, "STATIC_AGENTS_CONTROL_TOKEN": TOKEN},
     )
 
@@ -70,11 +73,14 @@ async def ask_all(url: str, queries: list[str], session: str) -> list[httpx.Resp
     """Send every query at once, each on its own connection."""
     limits = httpx.Limits(max_connections=len(queries), max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-        return await asyncio.gather(*(
-            client.post("/v1/chat/completions", json=chat(q),
-                        headers={"X-Static-Session": session})
-            for q in queries
-        ))
+        return await asyncio.gather(
+            *(
+                client.post(
+                    "/v1/chat/completions", json=chat(q), headers={"X-Static-Session": session}
+                )
+                for q in queries
+            )
+        )
 
 
 def text_of(response: httpx.Response) -> str:
@@ -96,27 +102,36 @@ def test_concurrent_requests_get_exact_gap_free_positions_and_fail_counts(
     database: str, tmp_path: Path
 ) -> None:
     steps = 200
-    document = {"rules": [
-        {"name": "script", "match": {"contains": "next step"},
-         "responses": [{"content": f"step {i}"} for i in range(1, steps + 1)],
-         "on_exhausted": "error"},
-        {"name": "flaky", "match": {"contains": "flaky"},
-         "response": {"content": "recovered", "fail_first": 3}},
-    ]}
+    document = {
+        "rules": [
+            {
+                "name": "script",
+                "match": {"contains": "next step"},
+                "responses": [{"content": f"step {i}"} for i in range(1, steps + 1)],
+                "on_exhausted": "error",
+            },
+            {
+                "name": "flaky",
+                "match": {"contains": "flaky"},
+                "response": {"content": "recovered", "fail_first": 3},
+            },
+        ]
+    }
     with server(database, fixture_file(tmp_path, document)) as live:
         script = asyncio.run(ask_all(live.url, [f"next step {i}" for i in range(steps)], "s1"))
         # 50 distinct questions, 4 attempts each: exactly 3 failures per question.
         flaky_queries = [f"flaky question {i % 50}" for i in range(200)]
         flaky = asyncio.run(ask_all(live.url, flaky_queries, "s1"))
-        extra = httpx.post(f"{live.url}/v1/chat/completions", json=chat("next step again"),
-                           headers={"X-Static-Session": "s1"})
+        extra = httpx.post(
+            f"{live.url}/v1/chat/completions",
+            json=chat("next step again"),
+            headers={"X-Static-Session": "s1"},
+        )
         entries = journal(live.url, session="s1")
 
     assert sorted(text_of(r) for r in script) == sorted(f"step {i}" for i in range(1, steps + 1))
     assert extra.status_code == 500  # the script is exhausted: nothing was skipped or repeated
-    outcomes = Counter(
-        (q, r.status_code) for q, r in zip(flaky_queries, flaky, strict=True)
-    )
+    outcomes = Counter((q, r.status_code) for q, r in zip(flaky_queries, flaky, strict=True))
     for i in range(50):
         assert outcomes[(f"flaky question {i}", 503)] == 3
         assert outcomes[(f"flaky question {i}", 200)] == 1
@@ -133,13 +148,21 @@ def test_an_edit_through_the_control_api_is_seen_by_every_server_at_once(
         # A second server on the same database: another machine behind the address.
         with server(database, None, workers=2) as second:
             for live in (first, second):
-                assert text_of(httpx.post(f"{live.url}/v1/chat/completions",
-                                          json=chat("hi"))) == "old answer"
-            patch = httpx.patch(f"{first.url}/control/rules/greeting", headers=CONTROL,
-                                json={"response": {"content": "new answer"}})
+                assert (
+                    text_of(httpx.post(f"{live.url}/v1/chat/completions", json=chat("hi")))
+                    == "old answer"
+                )
+            patch = httpx.patch(
+                f"{first.url}/control/rules/greeting",
+                headers=CONTROL,
+                json={"response": {"content": "new answer"}},
+            )
             assert patch.status_code == 200, patch.text
-            answers = [text_of(r) for live in (second, first)
-                       for r in asyncio.run(ask_all(live.url, ["hi"] * 20, "edit"))]
+            answers = [
+                text_of(r)
+                for live in (second, first)
+                for r in asyncio.run(ask_all(live.url, ["hi"] * 20, "edit"))
+            ]
     assert set(answers) == {"new answer"}
 
 
@@ -151,10 +174,21 @@ def test_a_fixture_replaced_under_traffic_is_seen_whole_or_not_at_all(
         # two versions (rules of one, defaults or fallback of the other) shows.
         return {
             "defaults": {"confidence": confidence},
-            "rules": [{"name": f"{tag}-{i}", "match": {"contains": f"{tag}-only-{i}"},
-                       "response": {"content": f"{tag} rule"}} for i in range(200)]
-            + [{"name": f"{tag}-answer", "match": {"contains": "question"},
-                "response": {"content": f"{tag}", "metadata": {"version": tag}}}],
+            "rules": [
+                {
+                    "name": f"{tag}-{i}",
+                    "match": {"contains": f"{tag}-only-{i}"},
+                    "response": {"content": f"{tag} rule"},
+                }
+                for i in range(200)
+            ]
+            + [
+                {
+                    "name": f"{tag}-answer",
+                    "match": {"contains": "question"},
+                    "response": {"content": f"{tag}", "metadata": {"version": tag}},
+                }
+            ],
             "fallback": {"content": f"{tag} fallback"},
         }
 
@@ -174,8 +208,11 @@ def test_a_fixture_replaced_under_traffic_is_seen_whole_or_not_at_all(
             async with httpx.AsyncClient(base_url=live.url, headers=CONTROL, timeout=60) as c:
                 for i in range(10):
                     text = yaml.safe_dump(v2 if i % 2 == 0 else v1)
-                    response = await c.put("/control/fixture", content=text,
-                                           headers={"Content-Type": "application/yaml"})
+                    response = await c.put(
+                        "/control/fixture",
+                        content=text,
+                        headers={"Content-Type": "application/yaml"},
+                    )
                     assert response.status_code == 200, response.text
 
         async def both() -> list[tuple[str, str]]:
@@ -187,9 +224,7 @@ def test_a_fixture_replaced_under_traffic_is_seen_whole_or_not_at_all(
     assert {content for content, _ in seen} == {"v1", "v2"}
 
 
-def test_a_killed_worker_loses_no_acknowledged_journal_entry(
-    database: str, tmp_path: Path
-) -> None:
+def test_a_killed_worker_loses_no_acknowledged_journal_entry(database: str, tmp_path: Path) -> None:
     document = {"rules": [{"name": "echo", "response": {"content": "$query", "template": True}}]}
     fixture = fixture_file(tmp_path, document)
     acknowledged: list[str] = []
@@ -239,7 +274,8 @@ def test_the_service_reconnects_after_the_database_drops_its_connections(
         with psycopg.connect(POSTGRES, autocommit=True) as admin:
             dropped = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()", (name,)
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
             ).fetchone()
         assert dropped and dropped[0] >= 1
         statuses = [
