@@ -143,26 +143,24 @@ def test_an_edit_through_the_control_api_is_seen_by_every_server_at_once(
 ) -> None:
     document = {"rules": [{"name": "greeting", "response": {"content": "old answer"}}]}
     fixture = fixture_file(tmp_path, document)
-    first = server(database, fixture, workers=1)
-    with first:
-        # A second server on the same database: another machine behind the address.
-        with server(database, None, workers=2) as second:
-            for live in (first, second):
-                assert (
-                    text_of(httpx.post(f"{live.url}/v1/chat/completions", json=chat("hi")))
-                    == "old answer"
-                )
-            patch = httpx.patch(
-                f"{first.url}/control/rules/greeting",
-                headers=CONTROL,
-                json={"response": {"content": "new answer"}},
+    # The second server shares the database: another machine behind the same address.
+    with server(database, fixture, workers=1) as first, server(database, None) as second:
+        for live in (first, second):
+            assert (
+                text_of(httpx.post(f"{live.url}/v1/chat/completions", json=chat("hi")))
+                == "old answer"
             )
-            assert patch.status_code == 200, patch.text
-            answers = [
-                text_of(r)
-                for live in (second, first)
-                for r in asyncio.run(ask_all(live.url, ["hi"] * 20, "edit"))
-            ]
+        patch = httpx.patch(
+            f"{first.url}/control/rules/greeting",
+            headers=CONTROL,
+            json={"response": {"content": "new answer"}},
+        )
+        assert patch.status_code == 200, patch.text
+        answers = [
+            text_of(r)
+            for live in (second, first)
+            for r in asyncio.run(ask_all(live.url, ["hi"] * 20, "edit"))
+        ]
     assert set(answers) == {"new answer"}
 
 
