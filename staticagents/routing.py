@@ -15,8 +15,9 @@ from staticagents.transport.galaxy_stream import GalaxyStreamConsumer
 http_routes: list[Any] = []
 websocket_routes: list[Any] = []
 
-http_routes += adk_transport.http_routes
+# The router tries routes in order: the busiest reply routes first.
 http_routes += openai_transport.http_routes
 http_routes += anthropic_transport.http_routes
+http_routes += adk_transport.http_routes
 http_routes.append(re_path(r"^api/chat/stream$", GalaxyStreamConsumer.as_asgi()))
 websocket_routes += websocket_transport.websocket_routes

@@ -26,6 +26,11 @@ class Command(BaseCommand):
             "$STATIC_AGENTS_FIXTURE, else the bundled demo when no rules",
         )
         parser.add_argument("--log-level", default="warning")
+        parser.add_argument(
+            "--proxy-headers",
+            action="store_true",
+            help="trust X-Forwarded-For/-Proto from the proxy in front",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -46,6 +51,9 @@ class Command(BaseCommand):
             log_level=options["log_level"],
             access_log=False,
             lifespan="off",
+            # X-Forwarded-* rewriting costs every request a middleware layer; a
+            # deployment behind a proxy turns it on with --proxy-headers.
+            proxy_headers=options["proxy_headers"],
         )
 
     def announce_control_token(self) -> None:
