@@ -14,10 +14,10 @@ entry is committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,34 +30,65 @@ log = logging.getLogger(__name__)
 STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
 
 
+class _Waiter:
+    """One request waiting on the thread: its event loop, its future and its outcome."""
+
+    __slots__ = ("error", "future", "loop", "payload", "result", "settled")
+
+    def __init__(self, payload: Any) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.future: asyncio.Future[Any] = self.loop.create_future()
+        self.payload = payload
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.settled = False
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error, self.settled = result, error, True
+
+
+def _wake(waiters: list[_Waiter]) -> None:
+    """Runs on the waiters' event loop: hand each its outcome."""
+    for waiter in waiters:
+        if waiter.future.done():  # the request was cancelled meanwhile
+            continue
+        if waiter.error is not None:
+            waiter.future.set_exception(waiter.error)
+        else:
+            waiter.future.set_result(waiter.result)
+
+
 @dataclass
 class _Round:
     """What the thread collected from the queue for one round."""
 
-    stamps: list[Future[str]] = field(default_factory=list)
-    entries: list[tuple[JournalEntry, Future[int]]] = field(default_factory=list)
+    stamps: list[_Waiter] = field(default_factory=list)
+    entries: list[_Waiter] = field(default_factory=list)
+
+    def waiters(self) -> list[_Waiter]:
+        return [*self.stamps, *self.entries]
 
 
 class DatabaseThread:
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[str, Any, Future[Any]]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[str, _Waiter]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.after_insert: list[Any] = []  # callbacks(newest_id, count) run in the thread
 
     async def stamp(self) -> str:
         """The ruleset stamp, read after this call began."""
-        return await asyncio.wrap_future(self._submit("stamp", None))
+        return str(await self._submit("stamp", None))
 
     async def record(self, entry: JournalEntry) -> int:
         """Insert ``entry``; returns its id once it is committed."""
-        return await asyncio.wrap_future(self._submit("entry", entry))
+        return int(await self._submit("entry", entry))
 
-    def _submit(self, kind: str, payload: Any) -> Future[Any]:
+    def _submit(self, kind: str, payload: Any) -> asyncio.Future[Any]:
         self._ensure_running()
-        future: Future[Any] = Future()
-        self._queue.put((kind, payload, future))
-        return future
+        waiter = _Waiter(payload)
+        self._queue.put((kind, waiter))
+        return waiter.future
 
     def _ensure_running(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -76,10 +107,21 @@ class DatabaseThread:
                 self._serve_retrying(work)
             except Exception as exc:  # a failed round fails its requests, not the thread
                 log.exception("database round failed")
-                futures: list[Future[Any]] = [*work.stamps, *(f for _, f in work.entries)]
-                for future in futures:
-                    if not future.done():
-                        future.set_exception(exc)
+                for waiter in work.waiters():
+                    if not waiter.settled:
+                        waiter.settle(error=exc)
+            self._wake(work.waiters())
+
+    @staticmethod
+    def _wake(waiters: list[_Waiter]) -> None:
+        """One thread-safe call per event loop and round, however many requests wait."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Waiter]] = {}
+        for waiter in waiters:
+            by_loop.setdefault(waiter.loop, []).append(waiter)
+        for loop, group in by_loop.items():
+            # A closed loop has nobody waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_wake, group)
 
     def _serve_retrying(self, work: _Round) -> None:
         """Serve a round; if the connection was lost (a database restart), reconnect once."""
@@ -94,11 +136,8 @@ class DatabaseThread:
         work = _Round()
         item = self._queue.get()
         while True:
-            kind, payload, future = item
-            if kind == "stamp":
-                work.stamps.append(future)
-            else:
-                work.entries.append((payload, future))
+            kind, waiter = item
+            (work.stamps if kind == "stamp" else work.entries).append(waiter)
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
@@ -106,22 +145,22 @@ class DatabaseThread:
 
     def _serve(self, work: _Round) -> None:
         # Skips what an interrupted earlier attempt at this round already settled.
-        pending = [(entry, future) for entry, future in work.entries if not future.done()]
+        pending = [waiter for waiter in work.entries if not waiter.settled]
         if pending:
             with transaction.atomic():
-                ids = insert_entries([entry for entry, _ in pending])
-            for (_, future), pk in zip(pending, ids, strict=True):
-                future.set_result(pk)
+                ids = insert_entries([waiter.payload for waiter in pending])
+            for waiter, pk in zip(pending, ids, strict=True):
+                waiter.settle(pk)
             for callback in self.after_insert:
                 callback(ids[-1], len(ids))
-        if any(not future.done() for future in work.stamps):
+        waiting = [waiter for waiter in work.stamps if not waiter.settled]
+        if waiting:
             with connection.cursor() as cursor:
                 cursor.execute(STAMP_SQL)
                 row = cursor.fetchone()
             stamp = str(row[0]) if row else ""
-            for waiter in work.stamps:
-                if not waiter.done():
-                    waiter.set_result(stamp)
+            for waiter in waiting:
+                waiter.settle(stamp)
 
 
 def insert_entries(entries: list[JournalEntry], batch: int = 200) -> list[int]:
