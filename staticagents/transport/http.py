@@ -1,8 +1,9 @@
 """The base of every model-dialect reply route: a lean Channels HTTP consumer.
 
-It reads the body (with a size limit), runs the dialect's handler as a task so
-that a client disconnect can cancel a stream at once, and gives dialects small
-helpers for JSON bodies and paced SSE streams.
+It admits a request on its headers first (the API key when keys are
+configured, no content coding), reads the body (with a size limit), runs the
+dialect's handler as a task so that a client disconnect can cancel a stream at
+once, and gives dialects small helpers for JSON bodies and paced SSE streams.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
+from channels.layers import channel_layers
 from django.conf import settings
 
+from staticagents import access
 from staticagents.answering import mark_cancelled
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,12 @@ SSE_HEADERS = [
 ]
 
 
+# An alias registered as "no layer", so looking it up per request costs a dict lookup
+# instead of a failed settings lookup.
+NO_CHANNEL_LAYER = "static-agents-no-layer"
+channel_layers.set(NO_CHANNEL_LAYER, None)
+
+
 class RequestRejected(Exception):
     """A request the route cannot serve: rendered as the dialect's own 4xx error."""
 
@@ -40,19 +49,26 @@ class RequestRejected(Exception):
         message: str,
         kind: str = "invalid_request_error",
         param: str | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
         self.param = param
+        self.code = code
 
 
 class ReplyConsumer(AsyncHttpConsumer):
-    """Subclasses implement ``respond(body)`` and ``error_body(rejection)``."""
+    """Subclasses implement ``respond(body)`` and ``error_body(rejection)``.
+
+    ``key_sources`` says where the dialect's clients send an API key, and
+    ``key_refusal`` words the 401 when ``STATIC_AGENTS_API_KEYS`` is set.
+    """
 
     # Reply routes never use the channel layer; skipping it saves a channel per request.
-    channel_layer_alias = "__none__"
+    channel_layer_alias = NO_CHANNEL_LAYER
+    key_sources = access.OPENAI
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -60,6 +76,7 @@ class ReplyConsumer(AsyncHttpConsumer):
         self.task: asyncio.Task[None] | None = None
         self.headers_sent = False
         self.entry_id: int | None = None  # the journal entry, marked if the client leaves
+        self.admitted = False  # the headers passed admission (checked on the first chunk)
 
     # -- to implement ------------------------------------------------------------
 
@@ -68,6 +85,23 @@ class ReplyConsumer(AsyncHttpConsumer):
 
     def error_body(self, rejection: RequestRejected) -> Any:
         return {"error": {"message": rejection.message, "type": rejection.kind}}
+
+    def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
+        return RequestRejected(401, refusal.message, "authentication_error")
+
+    # -- admission -------------------------------------------------------------------
+
+    def admission(self) -> RequestRejected | None:
+        """Why the request is refused on its headers alone (before its body is read), or None."""
+        headers = self.request_headers
+        refusal = access.check_key(self.key_sources, headers, self.scope.get("query_string", b""))
+        if refusal is not None:
+            return self.key_refusal(refusal)
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
+            return RequestRejected(415, message)
+        return None
 
     # -- ASGI plumbing -------------------------------------------------------------
 
@@ -81,12 +115,19 @@ class ReplyConsumer(AsyncHttpConsumer):
         await handler(message)
 
     async def http_request(self, message: dict[str, Any]) -> None:
+        if not self.admitted:
+            rejection = self.admission()
+            if rejection is not None:
+                await self.send_json(rejection.status, self.error_body(rejection))
+                raise StopConsumer
+            self.admitted = True
         chunk = message.get("body", b"")
         self.size += len(chunk)
         if self.size > settings.STATIC_AGENTS_MAX_BODY_BYTES:
             rejection = RequestRejected(
                 413,
-                f"request body exceeds {settings.STATIC_AGENTS_MAX_BODY_BYTES} bytes",
+                f"request body exceeds {settings.STATIC_AGENTS_MAX_BODY_BYTES} bytes "
+                "(STATIC_AGENTS_MAX_BODY_BYTES)",
                 "request_too_large",
             )
             await self.send_json(413, self.error_body(rejection))
