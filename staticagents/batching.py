@@ -92,8 +92,8 @@ class DatabaseThread:
         """The ruleset stamp, read after this call began."""
         return str(await self._submit("stamp", None))
 
-    async def record(self, entry: JournalEntry) -> int:
-        """Insert ``entry``; returns its id once it is committed."""
+    async def record(self, entry: dict[str, Any]) -> int:
+        """Insert the journal row ``entry``; returns its id once it is committed."""
         return int(await self._submit("entry", entry))
 
     def _submit(self, kind: str, payload: Any) -> asyncio.Future[Any]:
@@ -175,8 +175,9 @@ class DatabaseThread:
                 waiter.settle(stamp)
 
 
-def insert_entries(entries: list[JournalEntry], batch: int = 200) -> list[int]:
-    """Insert journal entries with multi-row INSERT ... RETURNING; their ids, in order.
+def insert_entries(entries: list[dict[str, Any]], batch: int = 200) -> list[int]:
+    """Insert journal rows (field name → value; absent fields take their defaults)
+    with multi-row INSERT ... RETURNING; their ids, in order.
 
     What ``bulk_create`` does, without its per-value layers: on the reply path
     those were most of this thread's time (and of the GIL it shares).
@@ -191,7 +192,7 @@ def insert_entries(entries: list[JournalEntry], batch: int = 200) -> list[int]:
         for start in range(0, len(entries), batch):
             chunk = entries[start : start + batch]
             values = [
-                adapt(db, getattr(entry, field.attname))
+                adapt(db, entry[field.attname] if field.attname in entry else field.get_default())
                 for entry in chunk
                 for field, adapt in zip(fields, adapters, strict=True)
             ]
