@@ -109,6 +109,8 @@ class Ruleset:
         if not hits:
             return group.free
         gated = [self.by_position[p] for p in hits]
+        if not group.free:
+            return gated
         return heapq.merge(group.free, gated, key=lambda rule: rule.position)
 
     def _found(self, query: str) -> set[int]:
