@@ -1,15 +1,24 @@
-"""The official anthropic SDK, sync and async, against the real ASGI app."""
+"""The official anthropic SDK, sync and async, against the service the pytest plugin runs.
+
+Every SDK client carries the test's session (``static_agents_headers``), so the
+journal read through ``static_agents`` is this test's alone.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types import ThinkingConfigEnabledParam
 
-from staticagents.models import JournalEntry
+from staticagents.client import StaticAgentsClient
+from staticagents.testing.assertions import (
+    assert_no_credentials,
+    assert_system_prompt,
+    assert_tool_result_sent,
+)
 from tests.conftest import FIXTURES
 
 FAST = {"word_delay_ms": 1}
@@ -76,22 +85,32 @@ RULES: dict[str, Any] = {
         {"name": "echo", "response": {"template": True, "content": "$query", "stream": FAST}},
     ]
 }
+API_KEY = "sk-ant-secret"
+
+# Every test starts from RULES unless its own marker (or an install) says otherwise.
+pytestmark = pytest.mark.static_agents_fixture(RULES)
 
 
 @pytest.fixture
-def rules(live_url: str, load_rules: Callable[[Any], Any]) -> str:
-    load_rules(RULES)
-    return live_url
+def client(anthropic_base_url: str, static_agents_headers: dict[str, str]) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        base_url=anthropic_base_url,
+        api_key=API_KEY,
+        max_retries=0,
+        default_headers=static_agents_headers,
+    )
 
 
 @pytest.fixture
-def client(rules: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=rules, api_key="sk-ant-secret", max_retries=0)
-
-
-@pytest.fixture
-def async_client(rules: str) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=rules, api_key="sk-ant-secret", max_retries=0)
+def async_client(
+    anthropic_base_url: str, static_agents_headers: dict[str, str]
+) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(
+        base_url=anthropic_base_url,
+        api_key=API_KEY,
+        max_retries=0,
+        default_headers=static_agents_headers,
+    )
 
 
 def ask(text: str) -> list[Any]:
@@ -144,7 +163,9 @@ async def test_async_stream_gives_the_final_message(async_client: anthropic.Asyn
     assert final.content[0].text == "async stream"  # type: ignore[union-attr]
 
 
-def test_tool_use_then_a_tool_result_gives_the_final_answer(client: anthropic.Anthropic) -> None:
+def test_tool_use_then_a_tool_result_gives_the_final_answer(
+    static_agents: StaticAgentsClient, client: anthropic.Anthropic
+) -> None:
     messages: list[Any] = ask("#tool weather?")
     first = client.messages.create(model=MODEL, max_tokens=100, messages=messages, tools=TOOLS)
     assert first.stop_reason == "tool_use"
@@ -162,13 +183,13 @@ def test_tool_use_then_a_tool_result_gives_the_final_answer(client: anthropic.An
     second = client.messages.create(model=MODEL, max_tokens=100, messages=messages, tools=TOOLS)
     assert second.content[0].text == "lookup said: sunny"  # type: ignore[union-attr]
     assert second.stop_reason == "end_turn"
+    assert_tool_result_sent(static_agents, call.id, contains="sunny")
 
 
+@pytest.mark.static_agents_fixture(FIXTURES / "demo.yml")
 def test_the_demo_fixtures_tool_loop_runs_through_the_sdk(
-    live_url: str, load_rules: Callable[[Any], Any]
+    static_agents: StaticAgentsClient, client: anthropic.Anthropic
 ) -> None:
-    load_rules(FIXTURES / "demo.yml")
-    client = anthropic.Anthropic(base_url=live_url, api_key="x", max_retries=0)
     messages: list[Any] = ask("#tool what is the weather?")
     first = client.messages.create(model=MODEL, max_tokens=100, messages=messages, tools=TOOLS)
     call = first.content[0]
@@ -188,6 +209,8 @@ def test_the_demo_fixtures_tool_loop_runs_through_the_sdk(
     ]
     second = client.messages.create(model=MODEL, max_tokens=100, messages=messages, tools=TOOLS)
     assert second.content[0].text == "The lookup tool returned: rain"  # type: ignore[union-attr]
+    assert [entry.rule for entry in static_agents.requests()] == ["tool-call", "tool-report"]
+    assert_tool_result_sent(static_agents, call.id, contains="rain")
 
 
 def test_streamed_tool_input_is_assembled_from_json_deltas(client: anthropic.Anthropic) -> None:
@@ -204,7 +227,7 @@ def test_streamed_tool_input_is_assembled_from_json_deltas(client: anthropic.Ant
 
 
 def test_thinking_comes_first_as_a_signed_thinking_block(client: anthropic.Anthropic) -> None:
-    thinking = {"type": "enabled", "budget_tokens": 1024}
+    thinking: ThinkingConfigEnabledParam = {"type": "enabled", "budget_tokens": 1024}
     message = client.messages.create(
         model=MODEL, max_tokens=2048, messages=ask("#think"), thinking=thinking
     )
@@ -243,13 +266,22 @@ def test_finish_reasons_become_anthropics_stop_reasons(
 # -- agent type, inquiry fields, journal ---------------------------------------------------
 
 
-def test_an_agent_prefix_in_the_base_url_selects_that_agent_types_rules(rules: str) -> None:
-    coder = anthropic.Anthropic(base_url=f"{rules}/agents/coder", api_key="x", max_retries=0)
+def test_an_agent_prefix_in_the_base_url_selects_that_agent_types_rules(
+    static_agents: StaticAgentsClient,
+) -> None:
+    coder = anthropic.Anthropic(
+        base_url=f"{static_agents.base_url}/agents/coder",
+        api_key="x",
+        max_retries=0,
+        default_headers=static_agents.headers,
+    )
     message = coder.messages.create(model=MODEL, max_tokens=10, messages=ask("hi"))
     assert message.content[0].text == "coder here"  # type: ignore[union-attr]
 
 
-def test_system_blocks_metadata_and_turn_reach_the_rules(client: anthropic.Anthropic) -> None:
+def test_system_blocks_metadata_and_turn_reach_the_rules(
+    static_agents: StaticAgentsClient, client: anthropic.Anthropic
+) -> None:
     message = client.messages.create(
         model=MODEL,
         max_tokens=10,
@@ -258,29 +290,29 @@ def test_system_blocks_metadata_and_turn_reach_the_rules(client: anthropic.Anthr
         messages=ask("status?"),
     )
     assert message.content[0].text == "terse for u-7"  # type: ignore[union-attr]
+    assert_system_prompt(static_agents, equals="Be terse.")
     history = [*ask("#count one"), {"role": "assistant", "content": "one"}, *ask("#count two")]
     second = client.messages.create(model=MODEL, max_tokens=10, messages=history)
     assert second.content[0].text == "second turn"  # type: ignore[union-attr]
 
 
-def test_the_journal_records_the_request_with_the_key_masked(client: anthropic.Anthropic) -> None:
-    client.messages.create(
-        model=MODEL,
-        max_tokens=10,
-        messages=ask("remember me"),
-        extra_headers={"X-Static-Session": "s-9"},
-    )
-    entry = JournalEntry.objects.get()
+def test_the_journal_records_the_request_with_the_key_masked(
+    static_agents: StaticAgentsClient, client: anthropic.Anthropic
+) -> None:
+    client.messages.create(model=MODEL, max_tokens=10, messages=ask("remember me"))
+    [entry] = static_agents.requests()
+    # The session is the one the X-Static-Session header carried (the client's default header).
     assert (entry.dialect, entry.session, entry.query, entry.model) == (
         "anthropic",
-        "s-9",
+        static_agents.session,
         "remember me",
         MODEL,
     )
     # This SDK sends the key as a bearer token; older ones send x-api-key. Either is masked.
     assert entry.headers.get("authorization", "Bearer ***") == "Bearer ***"
     assert entry.headers.get("x-api-key", "***") == "***"
-    assert "sk-ant-secret" not in json.dumps(entry.headers)
+    assert API_KEY not in json.dumps(entry.headers)
+    assert_no_credentials([entry], secrets=[API_KEY])
 
 
 def test_models_list_in_anthropics_shape(client: anthropic.Anthropic) -> None:
@@ -305,9 +337,12 @@ def test_models_list_in_anthropics_shape(client: anthropic.Anthropic) -> None:
     ],
 )
 def test_every_scripted_error_raises_the_sdk_exception_for_its_status(
-    live_url: str, load_rules: Callable[[Any], Any], status: int, exception: type[Exception]
+    static_agents: StaticAgentsClient,
+    client: anthropic.Anthropic,
+    status: int,
+    exception: type[Exception],
 ) -> None:
-    load_rules(
+    static_agents.install(
         {
             "rules": [
                 {
@@ -322,7 +357,6 @@ def test_every_scripted_error_raises_the_sdk_exception_for_its_status(
             ]
         }
     )
-    client = anthropic.Anthropic(base_url=live_url, api_key="x", max_retries=0)
     with pytest.raises(exception) as raised:
         client.messages.create(model=MODEL, max_tokens=10, messages=ask("hi"))
     error: Any = raised.value
@@ -338,35 +372,32 @@ def test_every_scripted_error_raises_the_sdk_exception_for_its_status(
         stream.get_final_message()
 
 
-def test_a_rate_limit_error_carries_retry_after(
-    live_url: str, load_rules: Callable[..., Any]
-) -> None:
-    load_rules(
-        {
-            "rules": [
-                {
-                    "response": {
-                        "retry_after": 2.5,
-                        "error": {
-                            "status": 429,
-                            "type": "rate_limit_error",
-                            "message": "slow down",
-                        },
-                    }
+@pytest.mark.static_agents_fixture(
+    {
+        "rules": [
+            {
+                "response": {
+                    "retry_after": 2.5,
+                    "error": {"status": 429, "type": "rate_limit_error", "message": "slow down"},
                 }
-            ]
-        }
-    )
-    client = anthropic.Anthropic(base_url=live_url, api_key="x", max_retries=0)
+            }
+        ]
+    }
+)
+def test_a_rate_limit_error_carries_retry_after(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.RateLimitError) as raised:
         client.messages.create(model=MODEL, max_tokens=10, messages=ask("hi"))
     assert raised.value.response.headers["retry-after"] == "3"
     assert raised.value.response.headers["retry-after-ms"] == "2500"
 
 
-def test_the_sdks_own_retries_get_past_fail_first(rules: str) -> None:
-    client = anthropic.Anthropic(base_url=rules, api_key="x", max_retries=2)
-    message = client.messages.create(model=MODEL, max_tokens=10, messages=ask("#flaky please"))
+def test_the_sdks_own_retries_get_past_fail_first(
+    static_agents: StaticAgentsClient, client: anthropic.Anthropic
+) -> None:
+    message = client.with_options(max_retries=2).messages.create(
+        model=MODEL, max_tokens=10, messages=ask("#flaky please")
+    )
     assert message.content[0].text == "made it"  # type: ignore[union-attr]
-    outcomes = list(JournalEntry.objects.order_by("id").values_list("outcome", flat=True))
+    outcomes = [entry.outcome for entry in static_agents.requests()]
     assert outcomes == ["failed_first", "failed_first", "answered"]
+    assert static_agents.counters().failed_first == 2

@@ -2,36 +2,43 @@
 
 ``static_agents.yml`` is the file Galaxy's test suite loads into its static
 backend; Galaxy's ``lib/galaxy_test/api/test_agents.py`` then asserts the
-answers below (its "static" branch). Here they run against our ASGI app.
+answers below (its "static" branch). Here they run against the service the
+pytest plugin runs, with Galaxy's fixture installed through its client; every
+request carries the test's session, which keeps each test's chat history apart.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from staticagents.client import StaticAgentsClient
 from tests.conftest import GALAXY_FIXTURE
 
-Load = Callable[[Any], dict[str, Any]]
+pytestmark = pytest.mark.static_agents_fixture(GALAXY_FIXTURE)
 
 
 @pytest.fixture
-def galaxy(live_url: str, load_rules: Load) -> Iterator[httpx.Client]:
-    load_rules(GALAXY_FIXTURE)
-    with httpx.Client(base_url=f"{live_url}/api/", timeout=10) as client:
+def galaxy(static_agents: StaticAgentsClient) -> Iterator[httpx.Client]:
+    """Galaxy's API, as Galaxy's client calls it, on the test's session."""
+    base_url = f"{static_agents.base_url}/api/"
+    with httpx.Client(base_url=base_url, headers=static_agents.headers, timeout=10) as client:
         yield client
 
 
-def query_agent(galaxy: httpx.Client, query: str, agent_type: str = "auto", **extra: Any) -> dict:
+def query_agent(
+    galaxy: httpx.Client, query: str, agent_type: str = "auto", **extra: Any
+) -> dict[str, Any]:
     response = galaxy.post(
         "ai/agents/query", json={"query": query, "agent_type": agent_type, **extra}
     )
     assert response.status_code == 200, response.text
-    return response.json()
+    answer: dict[str, Any] = response.json()
+    return answer
 
 
 def parse_sse(text: str) -> list[tuple[str, str]]:

@@ -1,15 +1,23 @@
-"""The official openai SDK, sync and async, against the real ASGI app."""
+"""The official openai SDK, sync and async, against the service the pytest plugin runs.
+
+Every SDK client carries the test's session (``static_agents_headers``), so the
+journal and the counters read through ``static_agents`` are this test's alone.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import openai
 import pytest
 
-from staticagents.models import JournalEntry
+from staticagents.client import StaticAgentsClient
+from staticagents.testing.assertions import (
+    assert_no_credentials,
+    assert_system_prompt,
+    assert_tool_result_sent,
+)
 
 FAST = {"word_delay_ms": 1}
 TOOLS: list[Any] = [
@@ -67,22 +75,30 @@ RULES: dict[str, Any] = {
         {"name": "echo", "response": {"template": True, "content": "$query", "stream": FAST}},
     ]
 }
+API_KEY = "sk-secret"
+
+# Every test starts from RULES unless its own marker (or an install) says otherwise.
+pytestmark = pytest.mark.static_agents_fixture(RULES)
 
 
 @pytest.fixture
-def rules(live_url: str, load_rules: Callable[[Any], Any]) -> str:
-    load_rules(RULES)
-    return live_url
+def client(openai_base_url: str, static_agents_headers: dict[str, str]) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=openai_base_url,
+        api_key=API_KEY,
+        max_retries=0,
+        default_headers=static_agents_headers,
+    )
 
 
 @pytest.fixture
-def client(rules: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{rules}/v1", api_key="sk-secret", max_retries=0)
-
-
-@pytest.fixture
-def async_client(rules: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{rules}/v1", api_key="sk-secret", max_retries=0)
+def async_client(openai_base_url: str, static_agents_headers: dict[str, str]) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=openai_base_url,
+        api_key=API_KEY,
+        max_retries=0,
+        default_headers=static_agents_headers,
+    )
 
 
 def ask(text: str) -> list[Any]:
@@ -173,7 +189,9 @@ async def test_async_stream_helper_assembles_tool_calls(async_client: openai.Asy
     assert json.loads(call.function.arguments) == {"topic": "weather", "units": "metric"}
 
 
-def test_a_tool_result_sent_back_gets_the_final_answer(client: openai.OpenAI) -> None:
+def test_a_tool_result_sent_back_gets_the_final_answer(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
     messages: list[Any] = ask("#tool weather?")
     first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
     message = first.choices[0].message
@@ -183,6 +201,7 @@ def test_a_tool_result_sent_back_gets_the_final_answer(client: openai.OpenAI) ->
     second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
     assert second.choices[0].message.content == "lookup said: sunny"
     assert second.choices[0].finish_reason == "stop"
+    assert_tool_result_sent(static_agents, message.tool_calls[0].id, contains="sunny")
 
 
 def test_thinking_arrives_as_reasoning_content_before_the_answer(client: openai.OpenAI) -> None:
@@ -204,28 +223,37 @@ def test_thinking_arrives_as_reasoning_content_before_the_answer(client: openai.
 # -- agent type, session, inquiry fields -------------------------------------------------
 
 
-def test_an_agent_prefix_in_the_base_url_selects_that_agent_types_rules(rules: str) -> None:
-    coder = openai.OpenAI(base_url=f"{rules}/agents/coder/v1", api_key="x", max_retries=0)
-    answer = coder.chat.completions.create(model="gpt-4o", messages=ask("hi"))
-    assert answer.choices[0].message.content == "coder here"
-    assert JournalEntry.objects.get().agent_type == "coder"
-
-
-def test_the_agent_type_header_or_a_model_named_after_it_selects_its_rules(rules: str) -> None:
-    headed = openai.OpenAI(
-        base_url=f"{rules}/v1",
+def test_an_agent_prefix_in_the_base_url_selects_that_agent_types_rules(
+    static_agents: StaticAgentsClient,
+) -> None:
+    coder = openai.OpenAI(
+        base_url=f"{static_agents.base_url}/agents/coder/v1",
         api_key="x",
         max_retries=0,
-        default_headers={"X-Agent-Type": "coder"},
+        default_headers=static_agents.headers,
+    )
+    answer = coder.chat.completions.create(model="gpt-4o", messages=ask("hi"))
+    assert answer.choices[0].message.content == "coder here"
+    [entry] = static_agents.requests()
+    assert entry.agent_type == "coder"
+
+
+def test_the_agent_type_header_or_a_model_named_after_it_selects_its_rules(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
+    headed = openai.OpenAI(
+        base_url=static_agents.openai_base_url,
+        api_key="x",
+        max_retries=0,
+        default_headers={**static_agents.headers, "X-Agent-Type": "coder"},
     )
     by_header = headed.chat.completions.create(model="gpt-4o", messages=ask("hi"))
     assert by_header.choices[0].message.content == "coder here"
-    plain = openai.OpenAI(base_url=f"{rules}/v1", api_key="x", max_retries=0)
-    by_model = plain.chat.completions.create(model="coder", messages=ask("hi"))
+    by_model = client.chat.completions.create(model="coder", messages=ask("hi"))
     assert by_model.choices[0].message.content == "coder here"
-    default = plain.chat.completions.create(model="gpt-4o", messages=ask("hi"))
+    default = client.chat.completions.create(model="gpt-4o", messages=ask("hi"))
     assert default.choices[0].message.content == "hi"
-    agent_types = list(JournalEntry.objects.order_by("id").values_list("agent_type", flat=True))
+    agent_types = [entry.agent_type for entry in static_agents.requests()]
     assert agent_types == ["coder", "coder", "router"]
 
 
@@ -235,7 +263,9 @@ def test_models_list_names_the_default_and_one_model_per_agent_type(
     assert [model.id for model in client.models.list()] == ["static-agents", "coder"]
 
 
-def test_system_prompt_metadata_and_turn_reach_the_rules(client: openai.OpenAI) -> None:
+def test_system_prompt_metadata_and_turn_reach_the_rules(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
     answer = client.chat.completions.create(
         model="gpt-4o",
         messages=[{"role": "developer", "content": "Be terse."}, *ask("status?")],
@@ -243,25 +273,28 @@ def test_system_prompt_metadata_and_turn_reach_the_rules(client: openai.OpenAI) 
         store=True,
     )
     assert answer.choices[0].message.content == "terse for qa"
+    assert_system_prompt(static_agents, equals="Be terse.")
     history = [*ask("#count one"), {"role": "assistant", "content": "one"}, *ask("#count two")]
     second = client.chat.completions.create(model="gpt-4o", messages=history)
     assert second.choices[0].message.content == "second turn"
 
 
-def test_the_journal_records_the_request_with_the_key_masked(client: openai.OpenAI) -> None:
-    client.chat.completions.create(
-        model="gpt-4o", messages=ask("remember me"), extra_headers={"X-Static-Session": "s-42"}
-    )
-    entry = JournalEntry.objects.get()
+def test_the_journal_records_the_request_with_the_key_masked(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
+    client.chat.completions.create(model="gpt-4o", messages=ask("remember me"))
+    [entry] = static_agents.requests()
+    # The session is the one the X-Static-Session header carried (the client's default header).
     assert (entry.dialect, entry.session, entry.query, entry.rule) == (
         "openai",
-        "s-42",
+        static_agents.session,
         "remember me",
         "echo",
     )
     assert entry.headers["authorization"] == "Bearer ***"
-    assert "sk-secret" not in json.dumps(entry.headers)
-    assert json.loads(entry.body)["messages"][0]["content"] == "remember me"
+    assert API_KEY not in json.dumps(entry.headers)
+    assert_no_credentials([entry], secrets=[API_KEY])
+    assert json.loads(entry.raw_body)["messages"][0]["content"] == "remember me"
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -282,9 +315,12 @@ def test_the_journal_records_the_request_with_the_key_masked(client: openai.Open
     ],
 )
 def test_every_scripted_error_raises_the_sdk_exception_for_its_status(
-    live_url: str, load_rules: Callable[[Any], Any], status: int, exception: type[Exception]
+    static_agents: StaticAgentsClient,
+    client: openai.OpenAI,
+    status: int,
+    exception: type[Exception],
 ) -> None:
-    load_rules(
+    static_agents.install(
         {
             "rules": [
                 {
@@ -299,7 +335,6 @@ def test_every_scripted_error_raises_the_sdk_exception_for_its_status(
             ]
         }
     )
-    client = openai.OpenAI(base_url=f"{live_url}/v1", api_key="x", max_retries=0)
     for stream in (False, True):
         with pytest.raises(exception) as raised:
             client.chat.completions.create(model="gpt-4o", messages=ask("hi"), stream=stream)
@@ -309,38 +344,35 @@ def test_every_scripted_error_raises_the_sdk_exception_for_its_status(
         assert error.type == "scripted"
 
 
-def test_a_rate_limit_error_carries_retry_after(
-    live_url: str, load_rules: Callable[..., Any]
-) -> None:
-    load_rules(
-        {
-            "rules": [
-                {
-                    "response": {
-                        "retry_after": 7,
-                        "error": {
-                            "status": 429,
-                            "type": "rate_limit_exceeded",
-                            "message": "slow down",
-                        },
-                    }
+@pytest.mark.static_agents_fixture(
+    {
+        "rules": [
+            {
+                "response": {
+                    "retry_after": 7,
+                    "error": {"status": 429, "type": "rate_limit_exceeded", "message": "slow down"},
                 }
-            ]
-        }
-    )
-    client = openai.OpenAI(base_url=f"{live_url}/v1", api_key="x", max_retries=0)
+            }
+        ]
+    }
+)
+def test_a_rate_limit_error_carries_retry_after(client: openai.OpenAI) -> None:
     with pytest.raises(openai.RateLimitError) as raised:
         client.chat.completions.create(model="gpt-4o", messages=ask("hi"))
     assert raised.value.response.headers["retry-after"] == "7"
     assert raised.value.response.headers["retry-after-ms"] == "7000"
 
 
-def test_the_sdks_own_retries_get_past_fail_first(rules: str) -> None:
-    client = openai.OpenAI(base_url=f"{rules}/v1", api_key="x", max_retries=2)
-    answer = client.chat.completions.create(model="gpt-4o", messages=ask("#flaky please"))
+def test_the_sdks_own_retries_get_past_fail_first(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
+    answer = client.with_options(max_retries=2).chat.completions.create(
+        model="gpt-4o", messages=ask("#flaky please")
+    )
     assert answer.choices[0].message.content == "made it"
-    outcomes = list(JournalEntry.objects.order_by("id").values_list("outcome", flat=True))
+    outcomes = [entry.outcome for entry in static_agents.requests()]
     assert outcomes == ["failed_first", "failed_first", "answered"]
+    assert static_agents.counters().failed_first == 2
 
 
 def test_without_retries_fail_first_reaches_the_caller_as_a_503(client: openai.OpenAI) -> None:

@@ -1,28 +1,39 @@
-"""pydantic-ai's OpenAI model pointed at the service, running real agent loops."""
+"""pydantic-ai's OpenAI model pointed at the service the pytest plugin runs, in real agent loops.
+
+The model's OpenAI client carries the test's session (``static_agents_headers``),
+so the journal read through ``static_agents`` holds this test's requests alone.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 import openai
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ThinkingPart, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ThinkingPart, ToolCallPart
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from staticagents.models import JournalEntry
+from staticagents.client import StaticAgentsClient, error
+from staticagents.testing.assertions import assert_system_prompt, assert_tool_result_sent
 from tests.conftest import FIXTURES
 
+SYSTEM_PROMPT = "You answer with the lookup tool."
 
-def model_at(base_url: str, name: str = "gpt-4o") -> OpenAIChatModel:
-    return OpenAIChatModel(name, provider=OpenAIProvider(base_url=f"{base_url}/v1", api_key="x"))
+
+def model_at(static_agents: StaticAgentsClient, name: str = "gpt-4o") -> OpenAIChatModel:
+    # The provider's own base_url/api_key form takes no headers; the session rides on the client.
+    client = openai.AsyncOpenAI(
+        base_url=static_agents.openai_base_url,
+        api_key="x",
+        max_retries=0,
+        default_headers=static_agents.headers,
+    )
+    return OpenAIChatModel(name, provider=OpenAIProvider(openai_client=client))
 
 
 def weather_agent(model: OpenAIChatModel, calls: list[str]) -> Agent[None, str]:
-    agent = Agent(model, system_prompt="You answer with the lookup tool.")
+    agent = Agent(model, system_prompt=SYSTEM_PROMPT)
 
     @agent.tool_plain
     def lookup(topic: str) -> str:
@@ -33,47 +44,48 @@ def weather_agent(model: OpenAIChatModel, calls: list[str]) -> Agent[None, str]:
     return agent
 
 
+def tool_calls_in(messages: list[ModelMessage]) -> list[ToolCallPart]:
+    parts = [part for message in messages for part in getattr(message, "parts", [])]
+    return [part for part in parts if isinstance(part, ToolCallPart)]
+
+
+@pytest.mark.static_agents_fixture(FIXTURES / "demo.yml")
 def test_an_agent_runs_the_demo_tool_loop_to_its_final_answer(
-    live_url: str, load_rules: Callable[[Any], Any]
+    static_agents: StaticAgentsClient,
 ) -> None:
-    load_rules(FIXTURES / "demo.yml")
     calls: list[str] = []
-    result = weather_agent(model_at(live_url), calls).run_sync("#tool what is the weather?")
+    result = weather_agent(model_at(static_agents), calls).run_sync("#tool what is the weather?")
     assert calls == ["weather"]
     assert result.output == "The lookup tool returned: sunny (weather)"
-    journal = JournalEntry.objects.order_by("id")
+    journal = static_agents.requests()
     assert [(e.rule, e.dialect) for e in journal] == [
         ("tool-call", "openai"),
         ("tool-report", "openai"),
     ]
+    [call] = tool_calls_in(result.all_messages())
+    assert_tool_result_sent(journal, call.tool_call_id, contains="sunny (weather)")
+    assert_system_prompt(journal, equals=SYSTEM_PROMPT, every=True)
 
 
-def test_a_streamed_agent_run_follows_a_scripted_sequence(
-    live_url: str, load_rules: Callable[[Any], Any]
-) -> None:
-    load_rules(
+@pytest.mark.static_agents_fixture(
+    [
         {
-            "rules": [
-                {
-                    "name": "script",
-                    "responses": [
-                        {
-                            "tool_calls": [{"name": "lookup", "arguments": {"topic": "tides"}}],
-                            "stream": {"chunk": 4, "word_delay_ms": 1},
-                        },
-                        {
-                            "thinking": "The tool answered.",
-                            "template": True,
-                            "content": "Done after turn $turn: $tool_result",
-                            "stream": {"word_delay_ms": 1},
-                        },
-                    ],
-                }
-            ]
-        }
-    )
+            "tool_calls": [{"name": "lookup", "arguments": {"topic": "tides"}}],
+            "stream": {"chunk": 4, "word_delay_ms": 1},
+        },
+        {
+            "thinking": "The tool answered.",
+            "template": True,
+            "content": "Done after turn $turn: $tool_result",
+            "stream": {"word_delay_ms": 1},
+        },
+    ]
+)
+def test_a_streamed_agent_run_follows_a_scripted_sequence(
+    static_agents: StaticAgentsClient,
+) -> None:
     calls: list[str] = []
-    agent = weather_agent(model_at(live_url, "router"), calls)
+    agent = weather_agent(model_at(static_agents, "router"), calls)
     run = agent.run_stream_sync("tell me about the sea")
     pieces = list(run.stream_output(debounce_by=None))
     messages = run.all_messages()
@@ -88,22 +100,10 @@ def test_a_streamed_agent_run_follows_a_scripted_sequence(
 
 
 def test_a_scripted_error_reaches_the_agent_as_a_model_http_error(
-    live_url: str, load_rules: Callable[[Any], Any]
+    static_agents: StaticAgentsClient,
 ) -> None:
-    load_rules(
-        {
-            "rules": [
-                {
-                    "response": {
-                        "error": {"status": 503, "type": "overloaded", "message": "try later"}
-                    }
-                }
-            ]
-        }
-    )
-    client = openai.AsyncOpenAI(base_url=f"{live_url}/v1", api_key="x", max_retries=0)
-    model = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(openai_client=client))
+    static_agents.replies(error("try later", status=503, type="overloaded"))
     with pytest.raises(ModelHTTPError) as raised:
-        Agent(model).run_sync("hello")
+        Agent(model_at(static_agents)).run_sync("hello")
     assert raised.value.status_code == 503
     assert "try later" in str(raised.value.body)
