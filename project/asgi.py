@@ -17,12 +17,14 @@ django_application = ASGIStaticFilesHandler(get_asgi_application())
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from staticagents.middleware import PathGuard, RequestGuard  # noqa: E402
 from staticagents.routing import http_routes, websocket_routes  # noqa: E402
+from staticagents.transport.websocket import unknown_path_route  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        # Channels routes to ASGI apps; django-stubs only knows views here.
-        "http": URLRouter([*http_routes, re_path(r"", django_application)]),  # type: ignore[arg-type]
-        "websocket": URLRouter(websocket_routes),
-    }
+# Channels routes to ASGI apps; django-stubs only knows views here.
+http_application = URLRouter([*http_routes, re_path(r"", RequestGuard(django_application))])  # type: ignore[arg-type]
+websocket_application = URLRouter([*websocket_routes, unknown_path_route])
+# Every request meets the PathGuard first: no NUL character in a path or query.
+application = PathGuard(
+    ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
 )

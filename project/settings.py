@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
     "channels",
     "staticagents",
 ]
@@ -137,6 +138,20 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "staticagents.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The OpenAPI schema of the DRF routes, served at /api/schema/ (staticagents/api/openapi.py).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Static Agents",
+    "DESCRIPTION": "Galaxy's agent and chat API, and the control API (README).",
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "staticagents.api.openapi.add_components",
+    ],
 }
 
 LOGGING = {
@@ -157,6 +172,10 @@ STATIC_AGENTS_JOURNAL = env_bool("STATIC_AGENTS_JOURNAL", True)
 # The journal keeps about this many newest entries; older ones are pruned.
 STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000)
 STATIC_AGENTS_MAX_BODY_BYTES = env_int("STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024)
+# Django-served routes read bodies through DRF/Django: the same limit there.
+DATA_UPLOAD_MAX_MEMORY_SIZE = STATIC_AGENTS_MAX_BODY_BYTES
+# Keys the reply routes require (comma-separated); empty: open, any key accepted.
+STATIC_AGENTS_API_KEYS = env_list("STATIC_AGENTS_API_KEYS", "")
 STATIC_AGENTS_MAX_STREAM_SECONDS = float(env_str("STATIC_AGENTS_MAX_STREAM_SECONDS", "120"))
 # Server-wide stream timing, used where neither the rule nor the defaults set one.
 STATIC_AGENTS_WORD_DELAY_MS = env_int("STATIC_AGENTS_WORD_DELAY_MS", 0)

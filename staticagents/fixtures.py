@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, field_validator
 
 from staticagents import schema
+from staticagents.core.storable import NUL_PROBLEM, first_nul
 from staticagents.schema import DocumentInvalid, FieldError
 
 SafeLoader: Any
@@ -38,6 +39,9 @@ def load_fixture(
         raise DocumentInvalid([FieldError("", message, "too_large")], source)
     text = _decode(data, source)
     parsed = _parse(text, source)
+    where = first_nul(parsed)
+    if where is not None:  # YAML's "\0" and JSON's "\u0000" both make one
+        raise DocumentInvalid([FieldError(where, NUL_PROBLEM, "nul")], source)
     try:
         if is_adk_document(parsed):
             return schema.validate_document(adk_document(parsed))
@@ -197,6 +201,9 @@ def _parse(text: str, source: str) -> Any:
                 raise DocumentInvalid(
                     [FieldError("", f"invalid JSON: {exc.msg}", "syntax", exc.lineno)], source
                 ) from None
+        except RecursionError:  # the json module recurses once per level of nesting
+            message = "invalid JSON: nested too deeply"
+            raise DocumentInvalid([FieldError("", message, "syntax")], source) from None
     try:
         loader = SafeLoader(text)
         try:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import IO, Any
 
+import orjson
 from django.conf import settings
 from django.http import HttpResponse
 from rest_framework import serializers
@@ -20,7 +21,7 @@ from rest_framework.authentication import (
     SessionAuthentication,
     get_authorization_header,
 )
-from rest_framework.exceptions import AuthenticationFailed, NotFound
+from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
@@ -32,6 +33,7 @@ from rest_framework.views import APIView
 from staticagents import schema
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.fixtures import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
 from staticagents.models import ControlToken, JournalEntry, Rule
 from staticagents.selectors import (
@@ -97,11 +99,28 @@ class StaffSessionAuthentication(SessionAuthentication):
         return user, None
 
 
+class JSONBodyParser(JSONParser):
+    """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail)."""
+
+    def parse(
+        self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
+    ) -> Any:
+        raw = stream.read()
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        where = nul_in_json(raw, payload)
+        if where is not None:
+            raise ParseError(f"{where}: {NUL_PROBLEM}")
+        return payload
+
+
 class ControlView(APIView):
     authentication_classes = [ControlTokenAuthentication, StaffSessionAuthentication]
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]
-    parser_classes = [JSONParser]
+    parser_classes = [JSONBodyParser]
 
     def handle_exception(self, exc: Exception) -> Response:
         response = super().handle_exception(exc)

@@ -14,13 +14,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework.exceptions import APIException
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from staticagents import chat_exchanges
+from staticagents import access, chat_exchanges
 from staticagents.answering import Answer, answer_inquiry
 from staticagents.chat_exchanges import ExchangeNotFound
 from staticagents.core.inquiry import Inquiry
@@ -31,12 +33,30 @@ from staticagents.selectors import active_ruleset
 log = logging.getLogger(__name__)
 
 
+class ApiKeyRequired(BasePermission):
+    """With ``STATIC_AGENTS_API_KEYS`` set, a request carries a key: x-api-key, ?key= or Bearer."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        refusal = access.check_key(
+            access.GALAXY, request_headers(request), request.META.get("QUERY_STRING", "")
+        )
+        if refusal is not None:
+            raise GalaxyRequestInvalid(
+                refusal.message, status=401, err_code=galaxy.AUTHENTICATION_FAILED
+            )
+        return True
+
+
 class GalaxyView(APIView):
     """Base of the Galaxy routes: Galaxy's error bodies for everything that goes wrong."""
+
+    permission_classes = [ApiKeyRequired]
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, GalaxyRequestInvalid):
             return Response(exc.body(), status=exc.status)
+        if isinstance(exc, RequestDataTooBig):  # Django raises it when request.body is read
+            return Response(galaxy.error_body(413, f"Request body too large: {exc}"), status=413)
         if isinstance(exc, ExchangeNotFound):
             body = {"err_msg": str(exc), "err_code": galaxy.OBJECT_NOT_FOUND}
             return Response(body, status=404)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, re_path
+from drf_spectacular.views import SpectacularAPIView
 
-from staticagents.api import galaxy
+from staticagents.api import galaxy, openapi  # noqa: F401 (openapi describes the views)
 
 urlpatterns: list[URLPattern] = [
     path("configuration", galaxy.ConfigurationView.as_view()),
@@ -18,4 +19,6 @@ urlpatterns: list[URLPattern] = [
     path("chat/exchange/<str:exchange_id>", galaxy.ExchangeView.as_view()),
     path("chat/exchange/<str:exchange_id>/messages", galaxy.ExchangeMessagesView.as_view()),
     path("chat/exchange/<str:exchange_id>/feedback", galaxy.ExchangeFeedbackView.as_view()),
+    # The OpenAPI schema of the DRF routes (this API and the control API).
+    re_path(r"^schema/?$", SpectacularAPIView.as_view(), name="openapi-schema"),
 ]

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 from pydantic.alias_generators import to_camel
 
 from staticagents.core.replies import Reply, count_tokens
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import plan_stream
 
 MODEL_VERSION = "static-agents"
@@ -143,7 +144,7 @@ def parse_state(body: bytes) -> dict[str, Any] | None:
 
 def load_json(body: bytes) -> Any:
     try:
-        return orjson.loads(body)
+        payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         detail = {
             "type": "json_invalid",
@@ -151,6 +152,10 @@ def load_json(body: bytes) -> Any:
             "msg": f"JSON decode error: {exc}",
         }
         raise InvalidRequest([detail]) from None
+    where = nul_in_json(body, payload)
+    if where is not None:
+        raise invalid([where], f"String {NUL_PROBLEM}", "string_nul")
+    return payload
 
 
 def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
@@ -221,7 +226,9 @@ def user_texts(events: Iterable[Mapping[str, Any]]) -> list[str]:
         content = event.get("content") or {}
         if event.get("author") != "user" or not isinstance(content, Mapping):
             continue
-        parts = [p for p in content.get("parts") or () if isinstance(p, Mapping)]
+        # Stored events are whatever a client created the session with: skip what is no list.
+        listed = content.get("parts")
+        parts = [p for p in listed if isinstance(p, Mapping)] if isinstance(listed, list) else []
         text = [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
         if text:
             texts.append("\n".join(text))

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.core.replies import Reply, ReplyError
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import plan_stream
 
 M = TypeVar("M", bound=BaseModel)
@@ -33,6 +34,7 @@ PAGE_AGENT = "page_assistant"
 
 # Galaxy's error codes (lib/galaxy/exceptions/error_codes.json) for what we reject.
 MISSING_PARAMETER = 400003
+AUTHENTICATION_FAILED = 401001
 INVALID_PARAMETER = 400008
 OBJECT_NOT_FOUND = 404001
 
@@ -126,9 +128,13 @@ def load_json(body: bytes) -> Any:
     if not body.strip():
         return {}
     try:
-        return orjson.loads(body)
+        payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise GalaxyRequestInvalid(f"Request body is not valid JSON: {exc}") from None
+    where = nul_in_json(body, payload)
+    if where is not None:
+        raise GalaxyRequestInvalid(f"Invalid value for field '{where}': it {NUL_PROBLEM}")
+    return payload
 
 
 def parse_body(model: type[M], body: bytes) -> M:

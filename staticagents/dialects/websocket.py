@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.replies import Reply
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import plan_stream
 from staticagents.dialects.galaxy import render_agent_response
 from staticagents.schema import pydantic_errors
@@ -73,6 +74,9 @@ def parse_message(text: str | None, data: bytes | None = None) -> ChatMessage:
         raise MessageInvalid(f"message is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise MessageInvalid(f"message must be a JSON object, not {type(payload).__name__}")
+    where = nul_in_json(raw, payload)
+    if where is not None:
+        raise MessageInvalid(f"{where}: {NUL_PROBLEM}")
     try:
         return ChatMessage.model_validate(payload)
     except ValidationError as exc:

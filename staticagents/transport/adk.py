@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.urls import path
 
-from staticagents import adk_sessions
+from staticagents import access, adk_sessions
 from staticagents.adk_sessions import StoredSession
 from staticagents.answering import Answer, answer_inquiry
 from staticagents.core.inquiry import Inquiry, session_key
@@ -44,6 +44,7 @@ class AdkConsumer(ReplyConsumer):
     """Method dispatch and FastAPI's error body for every ADK route."""
 
     methods: tuple[str, ...] = ()
+    key_sources = access.ADK  # x-goog-api-key, as Google's clients send it (or Bearer)
 
     def error_body(self, rejection: RequestRejected) -> Any:
         return {"detail": getattr(rejection, "detail", rejection.message)}

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.urls import re_path
 
+from staticagents import access
 from staticagents.dialects import anthropic
 from staticagents.transport.http import RequestRejected, sse
 from staticagents.transport.llm import (
@@ -24,6 +25,7 @@ from staticagents.transport.llm import (
 class MessagesConsumer(ModelReplyConsumer):
     dialect = "anthropic"
     id_prefix = "msg_"
+    key_sources = access.ANTHROPIC  # x-api-key, as the SDK sends it (or Bearer)
 
     async def respond(self, body: bytes) -> None:
         self.require_method("POST")

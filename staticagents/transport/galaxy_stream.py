@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from staticagents import chat_exchanges
+from staticagents import access, chat_exchanges
 from staticagents.chat_exchanges import ExchangeNotFound
 from staticagents.dialects import galaxy
 from staticagents.dialects.galaxy import GalaxyRequestInvalid, StreamEvent
@@ -35,6 +35,14 @@ class GalaxyRejection(RequestRejected):
 
 
 class GalaxyStreamConsumer(ReplyConsumer):
+    key_sources = access.GALAXY  # Galaxy's x-api-key header or ?key= (or Bearer)
+
+    def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
+        invalid = GalaxyRequestInvalid(
+            refusal.message, status=401, err_code=galaxy.AUTHENTICATION_FAILED
+        )
+        return GalaxyRejection(invalid)
+
     def error_body(self, rejection: RequestRejected) -> Any:
         if isinstance(rejection, GalaxyRejection):
             return rejection.body

@@ -23,6 +23,7 @@ from django.conf import settings
 
 from staticagents import access
 from staticagents.answering import mark_cancelled
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 
 log = logging.getLogger(__name__)
 
@@ -233,4 +234,7 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
         raise RequestRejected(400, f"request body is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise RequestRejected(400, "request body must be a JSON object")
+    where = nul_in_json(body, payload)
+    if where is not None:
+        raise RequestRejected(400, f"{where}: {NUL_PROBLEM}", param=where)
     return payload

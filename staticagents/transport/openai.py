@@ -12,6 +12,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.urls import re_path
 
+from staticagents import access
 from staticagents.dialects import anthropic, openai
 from staticagents.transport.http import RequestRejected, sse
 from staticagents.transport.llm import (
@@ -49,11 +50,22 @@ class ChatCompletionsConsumer(ModelReplyConsumer):
                 await self.end_stream(sse(openai.cut_off_body(limit)))
 
     def error_body(self, rejection: RequestRejected) -> Any:
-        return openai.error_body(rejection.message, rejection.kind, rejection.param)
+        return openai.error_body(rejection.message, rejection.kind, rejection.param, rejection.code)
+
+    def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
+        return openai_key_refusal(refusal)
+
+
+def openai_key_refusal(refusal: access.Refusal) -> RequestRejected:
+    """OpenAI's 401: an invalid_request_error, coded invalid_api_key for a wrong key."""
+    code = "invalid_api_key" if refusal.reason == access.INVALID else None
+    return RequestRejected(401, refusal.message, "invalid_request_error", code=code)
 
 
 class ModelsConsumer(ModelReplyConsumer):
     """One model per agent type, plus the default; in Anthropic's shape for its SDK."""
+
+    key_sources = access.MODELS
 
     async def respond(self, body: bytes) -> None:
         self.require_method("GET")
@@ -70,7 +82,12 @@ class ModelsConsumer(ModelReplyConsumer):
     def error_body(self, rejection: RequestRejected) -> Any:
         if self.from_anthropic:
             return anthropic.error_body(rejection.message, rejection.kind)
-        return openai.error_body(rejection.message, rejection.kind, rejection.param)
+        return openai.error_body(rejection.message, rejection.kind, rejection.param, rejection.code)
+
+    def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
+        if self.from_anthropic:
+            return super().key_refusal(refusal)
+        return openai_key_refusal(refusal)
 
 
 http_routes = [

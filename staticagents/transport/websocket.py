@@ -9,6 +9,10 @@ stream, so late sends never push later ones back. A client that disconnects
 stops its stream at once and its journal entry is marked cancelled; a stream
 that would outlast ``STATIC_AGENTS_MAX_STREAM_SECONDS`` is cut off there.
 
+With ``STATIC_AGENTS_API_KEYS`` set, the handshake must carry one of the keys
+(``Authorization: Bearer …`` or ``?api_key=``); otherwise the socket is
+accepted only to send one ``error`` event (status 401) and close with code 4401.
+
 ``turn`` counts the inquiries of one session on this connection, this one
 included. The session is the handshake's ``X-Static-Session`` header, else the
 message's ``session``, else the global session.
@@ -25,8 +29,9 @@ import orjson
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.urls import path
+from django.urls import path, re_path
 
+from staticagents import access
 from staticagents.answering import Answer, aanswer_inquiry, mark_cancelled
 from staticagents.core.inquiry import session_key
 from staticagents.dialects import websocket as dialect
@@ -35,6 +40,9 @@ log = logging.getLogger(__name__)
 
 ROUTE = "/ws/chat/"
 QUEUE_LIMIT = 32
+# Application close codes (4000-4999) that mirror HTTP statuses, as graphql-ws does.
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_NOT_FOUND = 4404
 
 Frame = tuple[str | None, bytes | None]
 
@@ -47,10 +55,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.inbox: asyncio.Queue[Frame] = asyncio.Queue(maxsize=QUEUE_LIMIT)
         self.turns: dict[str, int] = {}
         self.entry_id: int | None = None  # the journal entry of the reply now streaming
-        self.worker = asyncio.ensure_future(self.work())
+        self.worker: asyncio.Future[None] | None = None  # set once the handshake is admitted
+        refusal = access.check_key(
+            access.WEBSOCKET, self.handshake_headers, self.scope.get("query_string", b"")
+        )
         await self.accept()
+        if refusal is not None:
+            await self.send_event(dialect.error_event("authentication_error", refusal.message, 401))
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return
+        self.worker = asyncio.ensure_future(self.work())
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.worker is None:
+            return  # refused at the handshake: the socket is closing
         try:
             self.inbox.put_nowait((text_data, bytes_data))
         except asyncio.QueueFull:
@@ -58,7 +76,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send_event(dialect.error_event("busy", message, 429))
 
     async def disconnect(self, code: int) -> None:
-        self.worker.cancel()
+        if self.worker is not None:
+            self.worker.cancel()
         streaming, self.entry_id = self.entry_id, None
         if streaming is not None:
             await database_sync_to_async(mark_cancelled)(streaming, "cancelled")
@@ -126,4 +145,19 @@ class ChatConsumer(AsyncWebsocketConsumer):
         }
 
 
+class UnknownPathConsumer(AsyncWebsocketConsumer):
+    """Any other WebSocket path: one ``error`` event (status 404), then close with 4404."""
+
+    channel_layer_alias = "__none__"
+
+    async def connect(self) -> None:
+        await self.accept()
+        message = f"Unknown WebSocket path {self.scope.get('path', '')}: the chat is at {ROUTE}"
+        event = dialect.error_event("not_found", message, 404)
+        await self.send(text_data=orjson.dumps(event).decode())
+        await self.close(code=CLOSE_NOT_FOUND)
+
+
 websocket_routes = [path("ws/chat/", ChatConsumer.as_asgi())]
+# project/asgi.py puts it after every WebSocket route.
+unknown_path_route = re_path(r"", UnknownPathConsumer.as_asgi())

@@ -1,0 +1,605 @@
+"""Hostile and broken input, listed: every route answers a clear 4xx in its own error shape.
+
+Each route gets the same broken bodies (malformed JSON, a top-level value of
+the wrong kind, non-UTF-8 bytes, UTF-16 with a byte-order mark, a form body, a
+gzip body the service does not decode, nesting deeper than any parser
+recurses, a body over the size limit), plus the wrong types and missing fields
+that matter to it; unknown paths and wrong methods get a JSON 404 or 405 in
+the shape of the API the path belongs to. Never a 500, never a traceback,
+never HTML. tests/test_fuzz.py generates more of the same.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import websockets.sync.client as ws_client
+from websockets.exceptions import ConnectionClosed
+
+from tests.conftest import CONTROL_TOKEN
+
+# -- the routes and their error shapes ------------------------------------------------
+
+
+def openai_error(body: Any) -> str:
+    assert set(body) == {"error"}, body
+    assert isinstance(body["error"]["type"], str)
+    return str(body["error"]["message"])
+
+
+def anthropic_error(body: Any) -> str:
+    assert body["type"] == "error", body
+    assert isinstance(body["error"]["type"], str)
+    return str(body["error"]["message"])
+
+
+def adk_error(body: Any) -> str:
+    """FastAPI's ``{"detail": ...}``: a message, or a list of problems with their locations."""
+    assert set(body) == {"detail"}, body
+    detail = body["detail"]
+    if isinstance(detail, list):
+        assert detail and all({"loc", "msg", "type"} <= set(d) for d in detail), detail
+        return "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail)
+    return str(detail)
+
+
+def galaxy_error(body: Any) -> str:
+    assert isinstance(body["err_code"], int), body
+    return str(body["err_msg"])
+
+
+def control_error(body: Any) -> str:
+    errors = body["errors"]
+    assert errors and all({"path", "message", "code"} <= set(e) for e in errors), body
+    return "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+
+
+SHAPES: dict[str, Callable[[Any], str]] = {
+    "openai": openai_error,
+    "anthropic": anthropic_error,
+    "adk": adk_error,
+    "galaxy": galaxy_error,
+    "control": control_error,
+}
+
+ADK_RUN = {
+    "appName": "router",
+    "userId": "u",
+    "sessionId": "s",
+    "newMessage": {"role": "user", "parts": [{"text": "hi"}]},
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    shape: str
+    valid: Any  # a body the route accepts: the base of the broken ones
+    # (body, expected status, words the error must contain) for this route's own fields
+    wrong: list[tuple[Any, int, str]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+ROUTES = [
+    Route(
+        "POST",
+        "/v1/chat/completions",
+        "openai",
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        [
+            ({"messages": [{"role": "user", "content": "hi"}]}, 400, "model: field required"),
+            ({"model": 5, "messages": []}, 400, "model: must be a string, not a number"),
+            ({"model": "m", "messages": "hi"}, 400, "messages: must be an array"),
+            ({"model": "m", "messages": [{"role": "boss"}]}, 400, "messages[0].role"),
+            ({"model": "m", "messages": [{"role": "user", "content": 5}]}, 400, "content"),
+            ({"model": "m", "messages": [], "stream": "yes"}, 400, "messages"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/agents/router/v1/chat/completions",
+        "openai",
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        [({"model": "m", "messages": [{"role": "user"}]}, 400, "messages[0].content")],
+    ),
+    Route(
+        "POST",
+        "/v1/messages",
+        "anthropic",
+        {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
+        [
+            ({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, 400, "max_tokens"),
+            ({"model": "m", "max_tokens": "ten", "messages": []}, 400, "max_tokens"),
+            ({"model": "m", "max_tokens": 0, "messages": []}, 400, "max_tokens"),
+            (
+                {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": 5}]},
+                400,
+                "messages[0].content",
+            ),
+            ({"model": "m", "max_tokens": 9, "messages": [], "system": 5}, 400, "messages"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/run",
+        "adk",
+        ADK_RUN,
+        [
+            ({**ADK_RUN, "userId": None}, 422, "userId"),
+            ({k: v for k, v in ADK_RUN.items() if k != "sessionId"}, 422, "sessionId"),
+            ({**ADK_RUN, "newMessage": {"parts": "hi"}}, 422, "parts"),
+            ({**ADK_RUN, "newMessage": {"parts": []}}, 422, "newMessage"),
+        ],
+    ),
+    Route("POST", "/run_sse", "adk", ADK_RUN, [({**ADK_RUN, "streaming": "x"}, 422, "streaming")]),
+    Route(
+        "POST",
+        "/apps/router/users/u/sessions",
+        "adk",
+        {"sessionId": "hostile-1"},
+        [({"sessionId": 5}, 422, "sessionId"), ({"state": []}, 422, "state")],
+    ),
+    Route(
+        "PATCH",
+        "/apps/router/users/u/sessions/s",
+        "adk",
+        {"stateDelta": {"a": 1}},
+        [({}, 422, "stateDelta"), ({"stateDelta": 5}, 422, "stateDelta")],
+    ),
+    Route("POST", "/apps/router/users/u/sessions/s2", "adk", {}, [([], 422, "dictionary")]),
+    Route(
+        "POST",
+        "/api/chat/stream",
+        "galaxy",
+        {"query": "hi"},
+        [({"query": 5}, 400, "query"), ({"query": "hi", "exchange_id": "x"}, 400, "exchange_id")],
+    ),
+    Route(
+        "POST",
+        "/api/chat",
+        "galaxy",
+        {"query": "hi"},
+        [({"query": ["hi"]}, 400, "query"), ({"query": "hi", "exchange_id": -1}, 400, "exchange")],
+    ),
+    Route(
+        "POST",
+        "/api/ai/agents/query",
+        "galaxy",
+        {"query": "hi", "agent_type": "router"},
+        [
+            ({"agent_type": "router"}, 400, "Missing required field 'query'"),
+            ({"query": 5}, 400, "'query'"),
+            ({"query": "hi", "context": "x"}, 400, "'context'"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/api/ai/agents/error-analysis",
+        "galaxy",
+        {"query": "hi"},
+        [({"query": "hi", "job_id": 1.5}, 400, "job_id")],
+    ),
+    Route(
+        "POST",
+        "/api/ai/agents/custom-tool",
+        "galaxy",
+        {"query": "hi"},
+        [({}, 400, "'query'"), ({"query": "hi", "save_exchange": "maybe"}, 400, "save_exchange")],
+    ),
+    Route(
+        "PUT",
+        "/api/chat/exchange/1/feedback",
+        "galaxy",
+        1,
+        [(2, 400, "0 (negative) or 1"), ("1", 400, "0 (negative) or 1")],
+    ),
+    Route(
+        "PUT",
+        "/api/chat/exchanges/batch/delete",
+        "galaxy",
+        {"ids": [1]},
+        [({}, 400, "'ids'"), ({"ids": []}, 400, "'ids'"), ({"ids": ["x"]}, 400, "ids[0]")],
+    ),
+    Route(
+        "POST",
+        "/control/rules",
+        "control",
+        {"name": "hostile", "response": {"content": "x"}},
+        [
+            ({"response": {"content": 5}}, 400, "response.content"),
+            ({"response": {}, "querry": "x"}, 400, "querry: unknown key"),
+            ({"match": {"query": "("}, "response": {}}, 400, "match.query"),
+        ],
+    ),
+    Route(
+        "PUT",
+        "/control/rules/hostile",
+        "control",
+        {"response": {"content": "x"}},
+        [({"responses": "x"}, 400, "responses")],
+    ),
+    Route(
+        "POST",
+        "/control/explain",
+        "control",
+        {"query": "hi"},
+        [({}, 400, "query:"), ({"query": "hi", "turn": "x"}, 400, "turn:")],
+    ),
+    Route("POST", "/control/rules/reorder", "control", ["hostile"], [([], 400, "")]),
+    Route(
+        "PUT",
+        "/control/fixture",
+        "control",
+        {"rules": []},
+        [({"rules": "x"}, 400, "rules"), ({"version": 2}, 400, "version")],
+    ),
+]
+
+# The broken bodies every route refuses: (name, body bytes from the valid body, headers, status).
+GZIP = {"content-type": "application/json", "content-encoding": "gzip"}
+JSON = {"content-type": "application/json"}
+BROKEN: list[tuple[str, Callable[[Any], bytes], dict[str, str], int | None]] = [
+    ("malformed JSON", lambda valid: b'{"query": "hi",', JSON, None),
+    ("truncated JSON", lambda valid: json.dumps(valid).encode()[:-1] or b"[", JSON, None),
+    ("a JSON string", lambda valid: b'"hi"', JSON, None),
+    ("non-UTF-8 bytes", lambda valid: b'{"query": "caf\xe9"}', JSON, None),
+    ("UTF-16 with a BOM", lambda valid: json.dumps(valid).encode("utf-16"), JSON, None),
+    (
+        "a form body",
+        lambda valid: b"query=hi&model=m",
+        {"content-type": "application/x-www-form-urlencoded"},
+        None,
+    ),
+    (
+        "a multipart body",
+        lambda valid: b'--b\r\nContent-Disposition: form-data; name="q"\r\n\r\nhi\r\n--b--\r\n',
+        {"content-type": "multipart/form-data; boundary=b"},
+        None,
+    ),
+    ("a gzip body", lambda valid: gzip.compress(json.dumps(valid).encode()), GZIP, 415),
+    ("deep nesting", lambda valid: b"[" * 50_000 + b"]" * 50_000, JSON, None),
+]
+
+
+@pytest.fixture(scope="session")
+def tally() -> Iterator[dict[str, int]]:
+    """How many bad inputs this module sent, and how many got a 5xx (printed once, at the end)."""
+    counts = {"tried": 0, "server errors": 0}
+    yield counts
+    print(f"\nlisted hostile inputs: {counts['tried']} tried, {counts['server errors']} got a 5xx")
+
+
+@pytest.fixture
+def http(live_url: str, settings: Any, tally: dict[str, int]) -> Iterator[httpx.Client]:
+    settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
+
+    def count(response: httpx.Response) -> None:
+        tally["tried"] += 1
+        tally["server errors"] += response.status_code >= 500
+
+    headers = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    with httpx.Client(
+        base_url=live_url, headers=headers, timeout=10, event_hooks={"response": [count]}
+    ) as client:
+        yield client
+
+
+def each_route(check: Callable[[Route], None], routes: list[Route] = ROUTES) -> None:
+    """Run ``check`` on every route; report every route that failed it, not just the first."""
+    problems = []
+    for route in routes:
+        try:
+            check(route)
+        except AssertionError as failed:
+            problems.append(f"{route}: {failed}")
+    assert not problems, "\n".join(problems)
+
+
+def refusal(response: httpx.Response, shape: str) -> str:
+    """The error message of a clear refusal: a 4xx, JSON in the route's shape, no traceback."""
+    response.read()
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:300])
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    assert "Traceback" not in response.text and "<html" not in response.text.lower()
+    message = SHAPES[shape](response.json())
+    assert message.strip(), response.text
+    return message
+
+
+def with_nul(value: Any) -> Any:
+    """``value`` with a NUL character inside its first string; None when it holds no string."""
+    text = json.dumps(value)
+    at = text.find('"')
+    return None if at < 0 else json.loads(text[: at + 2] + "\\u0000" + text[at + 2 :])
+
+
+# -- bodies -------------------------------------------------------------------------------
+
+
+def test_every_route_accepts_its_valid_body(http: httpx.Client) -> None:
+    """The broken bodies below are broken, not the routes: each valid one is answered.
+
+    In order: the rule the control routes edit, the ADK session and the chat
+    exchange exist by the time a route needs them.
+    """
+    exchange = None
+    for route in ROUTES:
+        path = route.path.replace("/exchange/1/", f"/exchange/{exchange}/")
+        response = http.request(route.method, path, json=route.valid)
+        if route.path == "/api/chat":
+            exchange = response.json()["exchange_id"]
+        assert response.status_code < 400, (str(route), response.status_code, response.text[:300])
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "headers", "status"), BROKEN, ids=[name for name, *_ in BROKEN]
+)
+def test_a_broken_body_gets_a_clear_4xx_in_the_routes_shape(
+    http: httpx.Client,
+    name: str,
+    make: Callable[[Any], bytes],
+    headers: dict[str, str],
+    status: int | None,
+) -> None:
+    def check(route: Route) -> None:
+        body = make(route.valid)
+        response = http.request(route.method, route.path, content=body, headers=headers)
+        message = refusal(response, route.shape)
+        if status is not None:
+            assert response.status_code == status, (response.status_code, message)
+        if name == "a gzip body":
+            assert "Content-Encoding 'gzip' is not supported" in message
+        if name in ("non-UTF-8 bytes", "UTF-16 with a BOM"):
+            assert "UTF-8" in message or "utf-8" in message, message
+
+    each_route(check)
+
+
+def test_a_nul_character_in_any_string_is_refused_naming_the_field(http: httpx.Client) -> None:
+    """PostgreSQL's text and jsonb cannot hold U+0000: refused up front, not a 500 when stored."""
+
+    def check(route: Route) -> None:
+        body = with_nul(route.valid)
+        response = http.request(route.method, route.path, json=body)
+        message = refusal(response, route.shape)
+        assert "NUL character (U+0000)" in message, message
+
+    each_route(check, [route for route in ROUTES if with_nul(route.valid) is not None])
+
+
+@pytest.mark.parametrize("route", [r for r in ROUTES if r.wrong], ids=str)
+def test_a_wrong_type_or_missing_field_is_named_in_the_error(
+    http: httpx.Client, route: Route
+) -> None:
+    for body, status, words in route.wrong:
+        response = http.request(route.method, route.path, json=body)
+        message = refusal(response, route.shape)
+        assert response.status_code == status, (body, response.status_code, message)
+        assert words in message, (body, message)
+
+
+def test_a_body_over_the_limit_gets_a_413_in_the_routes_shape(
+    http: httpx.Client, settings: Any
+) -> None:
+    settings.STATIC_AGENTS_MAX_BODY_BYTES = 50_000
+    body = json.dumps({"query": "x" * 60_000}).encode()
+
+    def check(route: Route) -> None:
+        response = http.request(route.method, route.path, content=body, headers=JSON)
+        assert response.status_code == 413, response.status_code
+        assert "50000 bytes" in refusal(response, route.shape)
+
+    each_route(check)
+
+
+def test_a_chunked_body_over_the_limit_gets_a_413_in_the_routes_shape(
+    http: httpx.Client, settings: Any
+) -> None:
+    """No Content-Length to refuse early on: the body is counted as it arrives."""
+    settings.STATIC_AGENTS_MAX_BODY_BYTES = 50_000
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"query": "'
+        for _ in range(10):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    def check(route: Route) -> None:
+        response = http.request(route.method, route.path, content=chunks(), headers=JSON)
+        assert response.status_code == 413, response.status_code
+        assert "50000 bytes" in refusal(response, route.shape)
+
+    each_route(check)
+
+
+@pytest.mark.parametrize(
+    ("path", "shape"), [("/api/ai/agents/query", "galaxy"), ("/control/explain", "control")]
+)
+def test_djangos_own_body_limit_is_a_413_too(
+    http: httpx.Client, settings: Any, path: str, shape: str
+) -> None:
+    """Below our limit but over Django's: Django refuses when the view reads the body."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1_000
+    response = http.post(path, json={"query": "x" * 2_000})
+    assert response.status_code == 413
+    refusal(response, shape)
+
+
+def test_a_huge_body_at_the_default_limit_is_refused_without_a_500(http: httpx.Client) -> None:
+    """The configured default (10 MB), on one route of each kind."""
+    body = b'{"query": "' + b"x" * (11 * 1024 * 1024) + b'"}'
+    for path, shape in [("/v1/messages", "anthropic"), ("/api/chat", "galaxy")]:
+        response = http.post(path, content=body, headers=JSON)
+        assert response.status_code == 413
+        refusal(response, shape)
+
+
+def test_a_valid_json_body_with_a_plain_text_content_type_is_still_read(
+    http: httpx.Client,
+) -> None:
+    """The dialect routes read JSON whatever the label (as the providers do); a 200, not a 500."""
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    response = http.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "text/plain"}
+    )
+    assert response.status_code == 200
+
+
+def test_an_adk_session_created_with_odd_events_still_answers_a_run(http: httpx.Client) -> None:
+    """Found by tests/test_fuzz.py: stored events whose parts are no list once made /run fail."""
+    events = [
+        {"author": "user", "content": {"parts": 5}},
+        {"author": "user", "content": {"parts": [None, "x", {"text": 7}]}},
+        {"author": "user", "content": "hello"},
+        {"author": "user"},
+    ]
+    created = http.post(
+        "/apps/router/users/u/sessions", json={"sessionId": "odd", "events": events}
+    )
+    assert created.status_code == 200
+    run = http.post("/run", json={**ADK_RUN, "sessionId": "odd"})
+    assert run.status_code == 200, run.text[:300]
+
+
+# -- queries, paths, methods -----------------------------------------------------------------
+
+BAD_REQUESTS = [
+    ("GET", "/api/chat/history?limit=abc", "galaxy", 400),
+    ("GET", "/api/chat/history?limit=-1", "galaxy", 400),
+    ("GET", "/api/chat/exchange/abc/messages", "galaxy", 400),
+    ("GET", "/api/chat/exchange/%FF%FE/messages", "galaxy", 400),
+    ("DELETE", "/api/chat/exchange/0", "galaxy", 400),
+    ("GET", "/api/chat/history?limit=%FF", "galaxy", 400),
+    ("GET", "/control/journal?dialect=klingon", "control", 400),
+    ("GET", "/control/journal?fallback=perhaps", "control", 400),
+    ("GET", "/control/journal?cursor=not-a-cursor", "control", 404),
+    ("GET", "/control/journal?unknown=1", "control", 400),
+    ("GET", "/control/rules/%FF", "control", 404),
+    ("GET", "/control/fixture?dry_run=1", "control", 400),
+    ("GET", "/apps/router/users/u/sessions/nobody", "adk", 404),
+    # wrong methods
+    ("GET", "/v1/chat/completions", "openai", 405),
+    ("DELETE", "/v1/messages", "anthropic", 405),
+    ("POST", "/v1/models", "openai", 405),
+    ("GET", "/run", "adk", 405),
+    ("PUT", "/list-apps", "adk", 405),
+    ("GET", "/api/chat/stream", "galaxy", 405),
+    ("GET", "/api/ai/agents/query", "galaxy", 405),
+    ("POST", "/api/configuration", "galaxy", 405),
+    ("PUT", "/control/explain", "control", 405),
+    # unknown paths, under every prefix
+    ("GET", "/v1/nothing-here", "openai", 404),
+    ("POST", "/v1/chat/completions/extra", "openai", 404),
+    ("POST", "/agents/router/v1/messages/extra", "anthropic", 404),
+    ("GET", "/api/nothing-here", "galaxy", 404),
+    ("POST", "/api/ai/agents/query/extra", "galaxy", 404),
+    ("GET", "/control/nothing-here", "control", 404),
+    ("DELETE", "/control/rules/a/b/c", "control", 404),
+    ("GET", "/run/extra", "adk", 404),
+    ("GET", "/apps/router", "adk", 404),
+    ("GET", "/nothing-here", "openai", 404),
+    ("POST", "/", "openai", 404),
+    # a NUL character (%00) in a path or query: PostgreSQL could not store what it carries
+    ("GET", "/%FF%00", "openai", 400),
+    ("GET", "/apps/router/users/u%00/sessions", "adk", 400),
+    ("POST", "/api/chat?agent_type=a%00b", "galaxy", 400),
+    ("DELETE", "/control/sessions/a%00b", "control", 400),
+    ("GET", "/v1/models?anything=%00", "openai", 400),
+]
+
+
+def test_a_bad_query_path_or_method_gets_a_clear_4xx_in_the_routes_shape(
+    http: httpx.Client,
+) -> None:
+    problems = []
+    for method, path, shape, status in BAD_REQUESTS:
+        response = http.request(method, path)
+        try:
+            message = refusal(response, shape)
+            assert response.status_code == status, (response.status_code, message)
+        except AssertionError as failed:
+            problems.append(f"{method} {path}: {failed}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_model_list_answers_an_unknown_path_in_anthropics_shape_for_its_sdk(
+    http: httpx.Client,
+) -> None:
+    response = http.get("/v1/nothing-here", headers={"anthropic-version": "2023-06-01"})
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found_error"
+
+
+def test_an_unknown_path_is_json_even_with_debug_on(http: httpx.Client, settings: Any) -> None:
+    """Django's debug pages (HTML, with settings and tracebacks) never answer an API path."""
+    settings.DEBUG = True
+    for path, shape in [("/api/nothing", "galaxy"), ("/v1/nothing", "openai")]:
+        refusal(http.get(path), shape)
+
+
+def test_the_admin_keeps_its_own_login_redirect_and_pages(http: httpx.Client) -> None:
+    assert http.get("/admin/nothing-here").status_code == 302
+    assert http.get("/admin").status_code == 301  # APPEND_SLASH still works
+
+
+# -- the WebSocket ----------------------------------------------------------------------------
+
+BAD_FRAMES: list[str | bytes] = [
+    '{"query": ',
+    "[1, 2]",
+    '"hi"',
+    "",
+    "   ",
+    '{"agent_type": "router"}',
+    '{"query": 5}',
+    '{"query": ""}',
+    '{"query": "hi", "querry": "typo"}',
+    '{"query": "hi", "context": "x"}',
+    '{"query": "hi", "agent_type": "' + "a" * 300 + '"}',
+    b'{"query": "caf\xe9"}',
+    '{"query": "a\\u0000b"}',
+    "[" * 50_000 + "]" * 50_000,
+]
+
+
+def test_a_broken_websocket_message_gets_an_error_event_and_the_socket_stays_open(
+    live_url: str, tally: dict[str, int]
+) -> None:
+    url = live_url.replace("http://", "ws://") + "/ws/chat/"
+    with ws_client.connect(url, open_timeout=5) as socket:
+        for frame in BAD_FRAMES:
+            socket.send(frame)
+            event = json.loads(socket.recv(timeout=5))
+            tally["tried"] += 1
+            tally["server errors"] += event.get("error", {}).get("status", 0) >= 500
+            assert event["type"] == "error", (frame, event)
+            assert event["error"]["status"] == 400, (frame, event)
+            assert event["error"]["message"].strip()
+        socket.send(json.dumps({"query": "still here?"}))
+        kinds = [json.loads(socket.recv(timeout=5))["type"]]
+        while kinds[-1] != "done":
+            kinds.append(json.loads(socket.recv(timeout=5))["type"])
+        assert "result" in kinds
+
+
+def test_an_unknown_websocket_path_gets_a_404_event_and_a_close(
+    live_url: str, tally: dict[str, int]
+) -> None:
+    url = live_url.replace("http://", "ws://") + "/ws/nothing-here/"
+    with ws_client.connect(url, open_timeout=5) as socket:
+        event = json.loads(socket.recv(timeout=5))
+        tally["tried"] += 1
+        assert event["error"]["status"] == 404
+        assert "/ws/chat/" in event["error"]["message"]
+        with pytest.raises(ConnectionClosed):
+            socket.recv(timeout=5)
+        assert socket.close_code == 4404
