@@ -171,6 +171,9 @@ STATIC_AGENTS_CONTROL_TOKEN = env_str("STATIC_AGENTS_CONTROL_TOKEN", "")
 STATIC_AGENTS_JOURNAL = env_bool("STATIC_AGENTS_JOURNAL", True)
 # The journal keeps about this many newest entries; older ones are pruned.
 STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000)
+# Rule regexes run on at most this many characters of a query, system prompt,
+# context value or tool result, so no inquiry can make matching take long.
+STATIC_AGENTS_MATCH_WINDOW = env_int("STATIC_AGENTS_MATCH_WINDOW", 100_000)
 STATIC_AGENTS_MAX_BODY_BYTES = env_int("STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024)
 # Django-served routes read bodies through DRF/Django: the same limit there.
 DATA_UPLOAD_MAX_MEMORY_SIZE = STATIC_AGENTS_MAX_BODY_BYTES

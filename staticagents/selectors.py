@@ -75,6 +75,7 @@ def _build_snapshot() -> Ruleset:
         rules=document["rules"],
         defaults=defaults,
         fallback=document["fallback"],
+        window=settings.STATIC_AGENTS_MATCH_WINDOW,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -231,3 +232,18 @@ def test_any_change_bumps_the_version_and_the_snapshot_follows() -> None:
     rebuilt = active_ruleset()
     assert rebuilt is not snapshot
     assert "router-1" not in [r.name for r in rebuilt.rules]
+
+
+@pytest.mark.django_db
+def test_regexes_see_only_the_configured_window_of_a_query(settings: Any) -> None:
+    from staticagents.core.inquiry import Inquiry
+    from staticagents.core.matching import match_inquiry
+    from staticagents.services import import_fixture
+
+    settings.STATIC_AGENTS_MATCH_WINDOW = 50
+    import_fixture(
+        load_fixture("rules:\n  - name: tail\n    match: {query: 'END$'}\n    response: {}\n")
+    )
+    ruleset = active_ruleset()
+    assert match_inquiry(ruleset, Inquiry("x" * 40 + "END")) is not None
+    assert match_inquiry(ruleset, Inquiry("x" * 100 + "END")) is None
