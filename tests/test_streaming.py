@@ -181,3 +181,41 @@ def test_the_maximum_duration_cuts_an_anthropic_stream_off(rules: str, settings:
     assert pieces == ["w1 ", "w2 ", "w3 "]
     assert raised.value.body["error"]["type"] == "timeout_error"  # type: ignore[index]
     assert wait_for_outcome("cut_off").dialect == "anthropic"
+
+
+async def test_a_client_that_leaves_while_the_answer_is_worked_out_is_journaled_as_cancelled(
+    transactional_db: None,
+) -> None:
+    from channels.db import database_sync_to_async
+
+    from staticagents.models import JournalEntry
+    from staticagents.transport.http import ReplyConsumer
+
+    entry = await database_sync_to_async(JournalEntry.objects.create)(
+        dialect="openai",
+        route="/v1/chat/completions",
+        session="s",
+        agent_type="router",
+        outcome="answered",
+    )
+    released = asyncio.Event()
+
+    async def slow_answer() -> int:
+        await released.wait()  # the answer phase, still running when the client leaves
+        return entry.pk
+
+    consumer = ReplyConsumer()
+    request = asyncio.ensure_future(consumer.answering(slow_answer(), lambda pk: pk))
+    await asyncio.sleep(0)
+    request.cancel()  # what http_disconnect does
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    released.set()
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        outcome = await database_sync_to_async(
+            lambda: JournalEntry.objects.get(pk=entry.pk).outcome
+        )()
+        if outcome == "cancelled":
+            break
+    assert outcome == "cancelled"

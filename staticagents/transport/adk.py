@@ -218,10 +218,10 @@ class RunConsumer(AdkConsumer):
         app = request.app_name or headers.get("x-agent-type", "").strip()
         if not app:
             raise RequestRejected(400, "app_name is required: name the agent type as appName")
-        run: Run = await database_sync_to_async(start_run)(
+        work = database_sync_to_async(start_run)(
             request, app=app, headers=headers, route=self.scope["path"], body=body
         )
-        self.entry_id = run.answer.entry_id
+        run: Run = await self.answering(work, lambda run: run.answer.entry_id)
         return run
 
     async def post(self, body: bytes) -> None:

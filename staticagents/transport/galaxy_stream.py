@@ -61,10 +61,11 @@ class GalaxyStreamConsumer(ReplyConsumer):
         if chat.query is None:
             await self.finish(galaxy.missing_query_events(chat.agent_type))
             return
+        work = database_sync_to_async(chat_exchanges.answer_chat_turn)(
+            chat, headers=self.request_headers, route=ROUTE, body=body, started=started
+        )
         try:
-            turn = await database_sync_to_async(chat_exchanges.answer_chat_turn)(
-                chat, headers=self.request_headers, route=ROUTE, body=body, started=started
-            )
+            turn = await self.answering(work, lambda turn: turn.answer.entry_id)
         except ExchangeNotFound as missing:
             failure = galaxy.chat_failure(404, str(missing), exchange_id=missing.exchange_id)
             failed = galaxy.progress("responding", str(missing), "failed", chat.agent_type)
@@ -72,7 +73,6 @@ class GalaxyStreamConsumer(ReplyConsumer):
                 [StreamEvent(0.0, "progress", failed), *galaxy.result_events(failure)]
             )
             return
-        self.entry_id = turn.answer.entry_id
         events = galaxy.stream_events(
             turn.answer.reply, agent_type=chat.agent_type, routed=chat.routed
         )

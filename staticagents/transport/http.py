@@ -9,9 +9,10 @@ once, and gives dialects small helpers for JSON bodies and paced SSE streams.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 import orjson
 from channels.consumer import get_handler_name
@@ -26,6 +27,7 @@ from staticagents.answering import mark_cancelled
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [
@@ -143,6 +145,22 @@ class ReplyConsumer(AsyncHttpConsumer):
             await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
         raise StopConsumer
 
+    async def answering(self, work: Awaitable[T], entry_of: Callable[[T], int | None]) -> T:
+        """Await the answer phase and remember its journal entry.
+
+        The answer is shielded: a client that leaves while it is being worked
+        out cancels this request at once, but the work finishes and its journal
+        entry is then marked cancelled, like a stream the client left.
+        """
+        task = asyncio.ensure_future(work)
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(functools.partial(_cancel_when_recorded, entry_of))
+            raise
+        self.entry_id = entry_of(result)
+        return result
+
     async def _run(self, body: bytes) -> None:
         try:
             await self.respond(body)
@@ -216,6 +234,21 @@ class ReplyConsumer(AsyncHttpConsumer):
         if due:
             await self.send_chunk(b"".join(due))
         return True
+
+
+_marking: set[asyncio.Future[None]] = set()  # keeps the marking tasks alive until done
+
+
+def _cancel_when_recorded(entry_of: Callable[[Any], int | None], task: asyncio.Future[Any]) -> None:
+    if task.cancelled() or task.exception() is not None:
+        return
+    entry_id = entry_of(task.result())
+    if entry_id is not None:
+        marking = asyncio.ensure_future(
+            database_sync_to_async(mark_cancelled)(entry_id, "cancelled")
+        )
+        _marking.add(marking)
+        marking.add_done_callback(_marking.discard)
 
 
 def sse(payload: Any, event: str | None = None) -> bytes:

@@ -52,7 +52,7 @@ class ModelReplyConsumer(ReplyConsumer):
             raise RequestRejected(400, invalid.message, param=invalid.param) from None
 
     async def answer(self, conversation: Conversation, body: bytes) -> Answer:
-        answer = await answer_conversation(
+        work = answer_conversation(
             conversation,
             dialect=self.dialect,
             prefix=self.scope.get("url_route", {}).get("kwargs", {}).get("agent_type"),
@@ -60,8 +60,7 @@ class ModelReplyConsumer(ReplyConsumer):
             route=self.scope.get("path", ""),
             body=body,
         )
-        self.entry_id = answer.entry_id  # so a client that leaves is journaled as cancelled
-        return answer
+        return await self.answering(work, lambda answer: answer.entry_id)
 
     def envelope(self, answer: Answer, model: str) -> Envelope:
         """The response's identity; the id names the journal entry, to find it again."""
