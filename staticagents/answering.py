@@ -1,13 +1,13 @@
 """The reply path: match an inquiry, advance its session's counters, journal it.
 
-Every transport (DRF views, Channels consumers) calls ``answer_inquiry`` and then
-renders the Reply in its own dialect.
+Every transport calls ``aanswer_inquiry`` (Channels consumers, on the event loop)
+or ``answer_inquiry`` (DRF views, in a thread) and renders the Reply in its own
+dialect.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -201,7 +201,3 @@ def mark_cancelled(entry_id: int | None, outcome: str = "cancelled") -> None:
     """Record that a stream ended early: the client left ("cancelled") or it ran too long."""
     if entry_id is not None:
         JournalEntry.objects.filter(pk=entry_id).update(outcome=outcome)
-
-
-def body_text(payload: Any) -> str:
-    return json.dumps(payload, ensure_ascii=False)
