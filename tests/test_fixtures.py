@@ -163,7 +163,7 @@ def test_dry_run_reports_and_changes_nothing(
     call_command("import_fixture", str(GALAXY_FIXTURE))
     before = export_text()
     call_command("import_fixture", str(FIXTURES / "demo.yml"), "--dry-run")
-    assert "would import: 8 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
+    assert "would import: 10 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
     assert export_text() == before
 
 
