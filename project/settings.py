@@ -37,9 +37,19 @@ def env_list(name: str, default: str) -> list[str]:
 
 
 def database_config(url: str) -> dict[str, Any]:
+    # Django's ASGI handler runs each request's sync code in a thread of its own,
+    # so a connection kept past the request would never be used again, only leaked
+    # until the garbage collector finds it: connections close at the end of each
+    # request, and PostgreSQL's come from a pool, so closing one is cheap. The reply
+    # path's database thread keeps its own connection for good.
+    # Health checks: a pooled connection the server dropped (a restart) is
+    # replaced when it is checked out.
     config: dict[str, Any] = dict(
-        dj_database_url.parse(url, conn_max_age=600, conn_health_checks=True)
+        dj_database_url.parse(url, conn_max_age=0, conn_health_checks=True)
     )
+    if config["ENGINE"] == "django.db.backends.postgresql":
+        pool_size = env_int("STATIC_AGENTS_DB_POOL_SIZE", 10)
+        config["OPTIONS"] = {"pool": {"min_size": 2, "max_size": pool_size, "timeout": 10}}
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # WAL lets readers run beside the one writer; IMMEDIATE transactions take
         # the write lock up front, so concurrent counter updates queue instead of

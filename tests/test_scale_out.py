@@ -198,7 +198,9 @@ def test_a_fixture_replaced_under_traffic_is_seen_whole_or_not_at_all(
             async with httpx.AsyncClient(base_url=live.url, timeout=60) as client:
                 for _ in range(150):
                     body = {"query": "a question", "agent_type": "router"}
-                    reply = (await client.post("/api/ai/agents/query", json=body)).json()
+                    response = await client.post("/api/ai/agents/query", json=body)
+                    assert response.status_code == 200, response.text
+                    reply = response.json()
                     seen.append((reply["response"]["content"], reply["response"]["confidence"]))
             return seen
 
