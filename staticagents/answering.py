@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -154,7 +154,7 @@ def journal_entry(
     """
     diagnosis = None
     if reply.rule is None:  # "why did nothing match" is then one journal read away
-        diagnosis = [asdict(v) for v in explain_inquiry(ruleset, inquiry)]
+        diagnosis = [v.as_dict() for v in explain_inquiry(ruleset, inquiry)]
     return dict(
         created_at=timezone.now(),
         dialect=inquiry.dialect,

@@ -394,7 +394,7 @@ class ExplainView(ControlView):
             {
                 "rule": answering,
                 "fallback": answering is None,
-                "verdicts": [asdict(verdict) for verdict in verdicts],
+                "verdicts": [verdict.as_dict() for verdict in verdicts],
             }
         )
 
