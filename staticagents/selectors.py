@@ -107,11 +107,6 @@ def export_document() -> dict[str, Any]:
     return document
 
 
-def agent_types(ruleset: Ruleset) -> list[str]:
-    """Agent types named by a rule, sorted (Galaxy's registry listing)."""
-    return ruleset.agent_types
-
-
 def journal_entries(
     *,
     session: str | None = None,

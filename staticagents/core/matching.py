@@ -41,7 +41,6 @@ class CompiledRule:
     responses: tuple[Mapping[str, Any], ...]
     sequence: bool
     on_exhausted: str
-    literals: tuple[str, ...] = ()
     gate: Gate | None = None  # a literal the query must contain for this rule to match
 
     @property
@@ -214,7 +213,6 @@ def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> Comp
         responses=responses,
         sequence=sequence,
         on_exhausted=str(rule.get("on_exhausted", "repeat_last")),
-        literals=_literals(match),
         gate=_gate(match),
     )
 

@@ -24,7 +24,7 @@ from staticagents.dialects.llm import (
     StreamEvent,
     choose_agent_type,
 )
-from staticagents.selectors import active_ruleset, current_ruleset
+from staticagents.selectors import current_ruleset
 from staticagents.transport.http import ReplyConsumer, RequestRejected, parse_json_object, sse
 
 # Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
@@ -95,10 +95,6 @@ async def answer_conversation(
         dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
     )
     return await aanswer_inquiry(inquiry, route=route, body=body)
-
-
-def known_agent_types() -> list[str]:
-    return active_ruleset().agent_types
 
 
 def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:

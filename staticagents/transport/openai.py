@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.urls import re_path
 
 from staticagents import access
 from staticagents.dialects import anthropic, openai
+from staticagents.selectors import current_ruleset
 from staticagents.transport.http import RequestRejected, sse
 from staticagents.transport.llm import (
     AGENT_PREFIX,
     ModelReplyConsumer,
-    known_agent_types,
     request_id_headers,
     retry_headers,
 )
@@ -69,7 +68,7 @@ class ModelsConsumer(ModelReplyConsumer):
 
     async def respond(self, body: bytes) -> None:
         self.require_method("GET")
-        agent_types = await database_sync_to_async(known_agent_types)()
+        agent_types = (await current_ruleset()).agent_types
         if self.from_anthropic:
             await self.send_json(200, anthropic.models_body(agent_types))
         else:
