@@ -1,8 +1,9 @@
-"""The ASGI application: Channels consumers for the reply routes, Django for the rest.
+"""The ASGI application: lean handlers for the reply routes, Channels and Django for the rest.
 
-The model-dialect reply routes, the SSE streams and the WebSocket are served by
-Channels consumers; the Galaxy API, the control API and the admin go through
-Django (DESIGN section 1).
+The model-dialect reply routes and their SSE streams are served by the lean
+reply router (``staticagents.routing``), the WebSocket by a Channels consumer;
+the Galaxy API, the control API and the admin go through Django (DESIGN
+section 1).
 """
 
 import gc
@@ -16,18 +17,24 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 django_application = ASGIStaticFilesHandler(get_asgi_application())
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.urls import re_path  # noqa: E402
 
 from staticagents.middleware import PathGuard, RequestGuard  # noqa: E402
-from staticagents.routing import http_routes, websocket_routes  # noqa: E402
+from staticagents.routing import ReplyRouter, http_routes, websocket_routes  # noqa: E402
 from staticagents.transport.websocket import unknown_path_route  # noqa: E402
 
-# Channels routes to ASGI apps; django-stubs only knows views here.
-http_application = URLRouter([*http_routes, re_path(r"", RequestGuard(django_application))])  # type: ignore[arg-type]
 websocket_application = URLRouter([*websocket_routes, unknown_path_route])
-# Every request meets the PathGuard first: no NUL character in a path or query.
-application = PathGuard(
-    ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
+# A reply route's request goes straight to its handler (which refuses a NUL character in
+# the path or query itself); any other request meets the PathGuard, then Django or Channels.
+application = ReplyRouter(
+    http_routes,
+    PathGuard(
+        ProtocolTypeRouter(
+            {
+                "http": RequestGuard(django_application),  # type: ignore[arg-type]
+                "websocket": websocket_application,
+            }
+        )
+    ),
 )
 
 # Each request allocates thousands of short-lived container objects, so with

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from staticagents.batching import database_thread, insert_entries
+from staticagents.batching import insert_entries, prune_hooks, reply_store
 from staticagents.core.inquiry import Inquiry, mask_headers
 from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
@@ -52,19 +52,24 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
     [entry_id] = insert_entries([entry])
-    _prune_now_and_then(entry_id, 1)
+    if prune_due(1):
+        prune_to_cap(entry_id)
     return Answer(reply, entry_id)
 
 
-async def aanswer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> Answer:
+async def aanswer_inquiry(
+    inquiry: Inquiry, *, route: str, body: bytes | str = b"", ruleset: Ruleset | None = None
+) -> Answer:
     """The same as ``answer_inquiry``, for the reply routes' event loop.
 
-    The stamp check and the journal insert go through the process's database
-    thread, which serves every waiting request with one read and one multi-row
-    insert; only rules with session state take a database transaction of their own.
+    The stamp check and the journal insert are batched with other requests'
+    (``batching.reply_store``); only rules with session state take a database
+    transaction of their own. ``ruleset`` is the snapshot when the caller has
+    just read it for this request.
     """
     started = time.perf_counter()
-    ruleset = await current_ruleset()
+    if ruleset is None:
+        ruleset = await current_ruleset()
     rule = match_inquiry(ruleset, inquiry)
     if rule is not None and rule.stateful:
         step = await database_sync_to_async(next_step)(rule, inquiry)
@@ -74,7 +79,7 @@ async def aanswer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
-    return Answer(reply, await database_thread.record(entry))
+    return Answer(reply, await reply_store.record(entry))
 
 
 def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
@@ -173,20 +178,27 @@ def journal_entry(
     )
 
 
-def _prune_now_and_then(newest_id: int, written: int) -> None:
-    """Keep the journal near its cap: every so many entries, one indexed DELETE."""
+def prune_due(written: int) -> bool:
+    """Count ``written`` new journal entries; whether it is time to prune.
+
+    Pruning runs every so many entries, so the reply path pays for it rarely.
+    """
     global _unpruned
-    cap = settings.STATIC_AGENTS_JOURNAL_MAX
     with _prune_lock:
         _unpruned += written
-        due = _unpruned >= prune_interval(cap)
-        if due:
-            _unpruned = 0
-    if due:
-        prune_journal(keep=cap, newest_id=newest_id)
+        if _unpruned < prune_interval(settings.STATIC_AGENTS_JOURNAL_MAX):
+            return False
+        _unpruned = 0
+        return True
 
 
-database_thread.after_insert.append(_prune_now_and_then)
+def prune_to_cap(newest_id: int) -> None:
+    """Keep the journal near its cap: one indexed DELETE."""
+    prune_journal(keep=settings.STATIC_AGENTS_JOURNAL_MAX, newest_id=newest_id)
+
+
+prune_hooks.due = prune_due
+prune_hooks.prune = prune_to_cap
 
 
 def prune_interval(cap: int) -> int:

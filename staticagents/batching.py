@@ -1,10 +1,20 @@
-"""One database thread per process that batches the reply path's two queries.
+"""The reply path's two queries, batched: the ruleset stamp and the journal insert.
 
 Under load, many requests wait at once for the same two things: the current
 ruleset stamp (so an edit is seen by the next request) and the commit of their
-journal entry (so an acknowledged request is never lost). This thread serves
-everyone who is waiting with one stamp read and one multi-row insert per
-round, instead of one of each per request (a group commit).
+journal entry (so an acknowledged request is never lost). Both are served in
+rounds, with one multi-row insert per round instead of one per request (a group
+commit), in one of two ways:
+
+* **On SQLite** (a database file), on the event loop itself (``LoopJournal``):
+  a stamp read is a few microseconds and never waits in WAL mode, and the
+  journal rows of every request answered in one turn of the loop are inserted
+  and committed together at the start of the next. The write lock is only ever
+  *tried*: when another process or thread holds it, the round is retried a
+  millisecond later, so the loop never blocks on it.
+* **Otherwise** (PostgreSQL), on one database thread per process
+  (``DatabaseThread``), which serves everyone waiting with one stamp read and
+  one insert per round.
 
 A request's stamp read always starts after the request arrived, so an edit
 committed before it arrived is seen; its reply is sent only after its journal
@@ -15,14 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 import logging
 import queue
+import sqlite3
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+from channels.db import database_sync_to_async
 from django.db import (
     DEFAULT_DB_ALIAS,
     InterfaceError,
@@ -40,6 +55,19 @@ from staticagents.models import JournalEntry, RulesetState
 log = logging.getLogger(__name__)
 
 STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
+
+
+@dataclass
+class PruneHooks:
+    """How the journal is kept near its cap (set by ``answering``): after each
+    insert, ``due(count)`` says whether to prune now, and ``prune(newest_id)``
+    does it (with the ORM, so in a thread)."""
+
+    due: Callable[[int], bool] = lambda written: False
+    prune: Callable[[int], None] = lambda newest_id: None
+
+
+prune_hooks = PruneHooks()
 
 
 class _Waiter:
@@ -86,7 +114,6 @@ class DatabaseThread:
         self._queue: queue.SimpleQueue[tuple[str, _Waiter]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.after_insert: list[Any] = []  # callbacks(newest_id, count) run in the thread
 
     async def stamp(self) -> str:
         """The ruleset stamp, read after this call began."""
@@ -163,8 +190,8 @@ class DatabaseThread:
                 ids = insert_entries([waiter.payload for waiter in pending])
             for waiter, pk in zip(pending, ids, strict=True):
                 waiter.settle(pk)
-            for callback in self.after_insert:
-                callback(ids[-1], len(ids))
+            if prune_hooks.due(len(ids)):
+                prune_hooks.prune(ids[-1])
         waiting = [waiter for waiter in work.stamps if not waiter.settled]
         if waiting:
             with connection.cursor() as cursor:
@@ -175,34 +202,39 @@ class DatabaseThread:
                 waiter.settle(stamp)
 
 
-def insert_entries(entries: list[dict[str, Any]], batch: int = 200) -> list[int]:
+def insert_entries(entries: list[dict[str, Any]]) -> list[int]:
     """Insert journal rows (field name → value; absent fields take their defaults)
-    with multi-row INSERT ... RETURNING; their ids, in order.
+    on Django's connection of this thread; their ids, in order.
 
     What ``bulk_create`` does, without its per-value layers: on the reply path
-    those were most of this thread's time (and of the GIL it shares).
+    those were most of the time of the thread running it.
     """
     db = connections[DEFAULT_DB_ALIAS]  # the real wrapper, not the per-attribute proxy
+    ids: list[int] = []
+    with db.cursor() as cursor:
+        for sql, values in insert_statements(db, entries, "%s"):
+            cursor.execute(sql, values)
+            ids.extend(int(r[0]) for r in cursor.fetchall())
+    return ids
+
+
+def insert_statements(
+    db: BaseDatabaseWrapper, entries: list[dict[str, Any]], placeholder: str, batch: int = 200
+) -> Iterator[tuple[str, list[Any]]]:
+    """Multi-row ``INSERT ... RETURNING id`` statements for ``entries``, with their values."""
     fields, adapters = _journal_columns(db.vendor)
     table = db.ops.quote_name(JournalEntry._meta.db_table)
     columns = ", ".join(db.ops.quote_name(f.column) for f in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    ids: list[int] = []
-    with db.cursor() as cursor:
-        for start in range(0, len(entries), batch):
-            chunk = entries[start : start + batch]
-            values = [
-                adapt(db, entry[field.attname] if field.attname in entry else field.get_default())
-                for entry in chunk
-                for field, adapt in zip(fields, adapters, strict=True)
-            ]
-            cursor.execute(
-                f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * len(chunk))} "
-                "RETURNING id",
-                values,
-            )
-            ids.extend(int(r[0]) for r in cursor.fetchall())
-    return ids
+    row = "(" + ", ".join([placeholder] * len(fields)) + ")"
+    for start in range(0, len(entries), batch):
+        chunk = entries[start : start + batch]
+        values = [
+            adapt(db, entry[field.attname] if field.attname in entry else field.get_default())
+            for entry in chunk
+            for field, adapt in zip(fields, adapters, strict=True)
+        ]
+        rows = ", ".join([row] * len(chunk))
+        yield f"INSERT INTO {table} ({columns}) VALUES {rows} RETURNING id", values
 
 
 Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
@@ -212,16 +244,192 @@ Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
 def _journal_columns(vendor: str) -> tuple[list[Field[Any, Any]], list[Adapter]]:
     """The journal's columns and, for each, how a Python value becomes a query parameter."""
     fields = [f for f in JournalEntry._meta.concrete_fields if not f.primary_key]
-    return fields, [_adapter(field) for field in fields]
+    return fields, [_adapter(field, vendor) for field in fields]
 
 
-def _adapter(field: Field[Any, Any]) -> Adapter:
+def _adapter(field: Field[Any, Any], vendor: str) -> Adapter:
     if isinstance(field, models.JSONField):
+        if vendor == "sqlite" and field.encoder is None:
+            return _sqlite_json
         encoder = field.encoder
         return lambda db, value: None if value is None else db.ops.adapt_json_value(value, encoder)
     if isinstance(field, models.DateTimeField):
+        if vendor == "sqlite":
+            return _sqlite_datetime
         return lambda db, value: db.ops.adapt_datetimefield_value(value)
     return lambda db, value: value  # text, numbers and booleans go as they are
 
 
+def _sqlite_json(db: BaseDatabaseWrapper, value: Any) -> Any:
+    """JSON text as SQLite's JSONField stores it (``json.loads`` reads it back), by orjson."""
+    if value is None:
+        return None
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # a type only Django's encoder knows
+        return db.ops.adapt_json_value(value, None)
+
+
+def _sqlite_datetime(db: BaseDatabaseWrapper, value: Any) -> Any:
+    """A UTC datetime as Django's SQLite backend stores it: naive, ``YYYY-MM-DD HH:MM:SS[.f]``."""
+    if isinstance(value, datetime.datetime) and value.tzinfo is datetime.UTC:
+        return str(value.replace(tzinfo=None))
+    return db.ops.adapt_datetimefield_value(value)
+
+
+class LoopJournal:
+    """The stamp read and the journal's group commit on one event loop (SQLite only).
+
+    It has its own connection to the database file, in autocommit mode, so its
+    transactions are exactly the rounds below. Requests add their rows with
+    ``record``; the first row of a turn of the loop schedules the round
+    (``call_soon``), so everything answered in that turn is committed at once.
+    """
+
+    RETRY_SECONDS = 0.001
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, db: BaseDatabaseWrapper) -> None:
+        self.loop = loop
+        self.db = db
+        options = db.settings_dict.get("OPTIONS", {})
+        self.lock_timeout = float(options.get("timeout", 5))
+        self.connection = sqlite3.connect(
+            db.settings_dict["NAME"], timeout=0, isolation_level=None, check_same_thread=False
+        )
+        if options.get("init_command"):
+            self.connection.executescript(options["init_command"])
+        self.pending: list[tuple[dict[str, Any], asyncio.Future[int]]] = []
+        self.scheduled = False
+        self.locked_since: float | None = None
+        self.turn_stamp: str | None = None
+
+    def stamp(self) -> str:
+        """The stamp, read once per turn of the loop.
+
+        The read schedules its own expiry (``call_soon``). Callbacks run in the
+        order they were scheduled, so every request that reuses the value was
+        scheduled to run, and so had arrived, before the value was read.
+        """
+        if self.turn_stamp is None:
+            row = self.connection.execute(STAMP_SQL).fetchone()
+            self.turn_stamp = str(row[0]) if row else ""
+            self.loop.call_soon(self._expire_stamp)
+        return self.turn_stamp
+
+    def _expire_stamp(self) -> None:
+        self.turn_stamp = None
+
+    def record(self, entry: dict[str, Any]) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = self.loop.create_future()
+        self.pending.append((entry, future))
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self._round)
+        return future
+
+    def _round(self) -> None:
+        try:
+            self.connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if self._retry_later(exc):
+                return
+            self._fail(self._take(), exc)
+            return
+        self.locked_since = None
+        batch = self._take()
+        try:
+            ids: list[int] = []
+            for sql, values in insert_statements(self.db, [entry for entry, _ in batch], "?"):
+                ids.extend(int(r[0]) for r in self.connection.execute(sql, values).fetchall())
+            self.connection.execute("COMMIT")
+        except Exception as exc:
+            if self.connection.in_transaction:
+                self.connection.execute("ROLLBACK")
+            log.exception("journal round failed")
+            self._fail(batch, exc)
+            return
+        for (_, future), pk in zip(batch, ids, strict=True):
+            if not future.done():  # else the request was cancelled meanwhile
+                future.set_result(pk)
+        if prune_hooks.due(len(ids)):
+            pruning = self.loop.create_task(database_sync_to_async(prune_hooks.prune)(ids[-1]))
+            _background.add(pruning)
+            pruning.add_done_callback(_background.discard)
+
+    def _retry_later(self, exc: sqlite3.OperationalError) -> bool:
+        """Whether the round waits for a write lock held elsewhere (up to the database timeout)."""
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            return False
+        now = self.loop.time()
+        if self.locked_since is None:
+            self.locked_since = now
+        if now - self.locked_since >= self.lock_timeout:
+            self.locked_since = None
+            return False
+        self.loop.call_later(self.RETRY_SECONDS, self._round)
+        return True
+
+    def _take(self) -> list[tuple[dict[str, Any], asyncio.Future[int]]]:
+        batch, self.pending, self.scheduled = self.pending, [], False
+        return batch
+
+    @staticmethod
+    def _fail(batch: list[tuple[dict[str, Any], asyncio.Future[int]]], exc: Exception) -> None:
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(OperationalError(str(exc)))
+
+
+def _in_memory(name: str) -> bool:
+    """Whether a SQLite database name is an in-memory database (no file to share)."""
+    return name == ":memory:" or "mode=memory" in name
+
+
+_background: set[asyncio.Task[Any]] = set()  # keeps pruning tasks alive until done
+
+
+class ReplyStore:
+    """Where the reply routes read the stamp and journal their requests (see the module doc)."""
+
+    def __init__(self, thread: DatabaseThread) -> None:
+        self.thread = thread
+        self._journals: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopJournal] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._last: LoopJournal | None = None  # the journal used last (a server has one loop)
+
+    def on_loop(self) -> LoopJournal | None:
+        """This event loop's journal when the database is a SQLite file, else None."""
+        loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last.loop is loop:
+            return last
+        journal = self._journals.get(loop)
+        if journal is not None:
+            self._last = journal
+            return journal
+        db = connections[DEFAULT_DB_ALIAS]
+        name = str(db.settings_dict.get("NAME") or "")
+        if db.vendor != "sqlite" or not name or _in_memory(name):
+            return None
+        journal = self._journals[loop] = self._last = LoopJournal(loop, db)
+        return journal
+
+    async def stamp(self) -> str:
+        """The ruleset stamp, read after this call began."""
+        journal = self.on_loop()
+        if journal is not None:
+            with contextlib.suppress(sqlite3.OperationalError):  # a busy file: ask the thread
+                return journal.stamp()
+        return await self.thread.stamp()
+
+    async def record(self, entry: dict[str, Any]) -> int:
+        """Insert the journal row ``entry``; returns its id once it is committed."""
+        journal = self.on_loop()
+        if journal is not None:
+            return await journal.record(entry)
+        return await self.thread.record(entry)
+
+
 database_thread = DatabaseThread()
+reply_store = ReplyStore(database_thread)

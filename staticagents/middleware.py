@@ -11,7 +11,7 @@ a view reads it. This guard refuses sooner: a declared ``Content-Length`` over
 past the limit, and any ``Content-Encoding`` (the service decodes none, so a
 gzip body would otherwise reach the JSON parser as binary noise). The answer
 is a 413 or 415 in the error shape of the API the path belongs to. The reply
-routes served by Channels consumers check the same in ``ReplyConsumer``.
+routes check the same in ``transport.http.ReplyRoute``.
 """
 
 from __future__ import annotations

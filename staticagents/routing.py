@@ -1,23 +1,75 @@
-"""Routes served by Channels consumers (see project/asgi.py)."""
+"""The reply routes, and the lean router that serves them (see project/asgi.py).
+
+The model-dialect routes, the ADK routes and the Galaxy stream are plain ASGI
+handlers (``transport.http.ReplyRoute``): the router below hands them a request
+straight away. Every other request (the Galaxy API, the control API, the admin)
+and every WebSocket goes on to the application behind it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.urls import re_path
+from django.urls import URLPattern, re_path
 
 from staticagents.transport import adk as adk_transport
 from staticagents.transport import anthropic as anthropic_transport
 from staticagents.transport import openai as openai_transport
 from staticagents.transport import websocket as websocket_transport
-from staticagents.transport.galaxy_stream import GalaxyStreamConsumer
+from staticagents.transport.galaxy_stream import GalaxyStreamRoute
+from staticagents.transport.http import Receive, Scope, Send
 
-http_routes: list[Any] = []
+http_routes: list[URLPattern] = []
 websocket_routes: list[Any] = []
 
 # The router tries routes in order: the busiest reply routes first.
 http_routes += openai_transport.http_routes
 http_routes += anthropic_transport.http_routes
 http_routes += adk_transport.http_routes
-http_routes.append(re_path(r"^api/chat/stream$", GalaxyStreamConsumer.as_asgi()))
+http_routes.append(re_path(r"^api/chat/stream$", GalaxyStreamRoute.as_asgi()))
 websocket_routes += websocket_transport.websocket_routes
+
+
+Resolved = tuple[Any, dict[str, Any]] | None  # (handler, url_route), or no reply route
+
+
+class ReplyRouter:
+    """HTTP requests on a reply route go to its handler; everything else to ``app``.
+
+    The routes are Django URL patterns (``path``/``re_path``), matched against the
+    path without its leading slash; what they capture is in
+    ``scope["url_route"]["kwargs"]``, as Channels' router puts it. A path's
+    resolution is remembered (up to ``CACHE_SIZE`` paths, then forgotten at once).
+    """
+
+    CACHE_SIZE = 4096
+
+    def __init__(self, routes: list[URLPattern], app: Any) -> None:
+        self.routes = [(route.pattern.match, route.callback) for route in routes]
+        self.app = app
+        self.resolved: dict[str, Resolved] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            try:
+                resolved = self.resolved[path]
+            except KeyError:
+                resolved = self.resolve(path)
+            if resolved is not None:
+                handler, scope["url_route"] = resolved
+                await handler(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def resolve(self, path: str) -> Resolved:
+        resolved: Resolved = None
+        for match, handler in self.routes:
+            found = match(path[1:])
+            if found is not None:
+                resolved = handler, {"args": found[1], "kwargs": found[2]}
+                break
+        if len(self.resolved) >= self.CACHE_SIZE:
+            self.resolved.clear()
+        self.resolved[path] = resolved
+        return resolved

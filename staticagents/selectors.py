@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Count, QuerySet, Value
 from django.db.models.functions import StrIndex
 
-from staticagents.batching import STAMP_SQL, database_thread
+from staticagents.batching import STAMP_SQL, reply_store
 from staticagents.core.matching import Ruleset, compile_ruleset
 from staticagents.models import (
     ControlToken,
@@ -57,7 +57,7 @@ def active_ruleset() -> Ruleset:
 
 async def current_ruleset() -> Ruleset:
     """``active_ruleset`` for the event loop: the stamp read is batched with other requests'."""
-    stamp = await database_thread.stamp()
+    stamp = await reply_store.stamp()
     current = _snapshot
     if current is not None and current.stamp == stamp:
         return current

@@ -187,9 +187,10 @@ async def test_a_client_that_leaves_while_the_answer_is_worked_out_is_journaled_
     transactional_db: None,
 ) -> None:
     from channels.db import database_sync_to_async
+    from channels.testing import ApplicationCommunicator
 
     from staticagents.models import JournalEntry
-    from staticagents.transport.http import ReplyConsumer
+    from staticagents.transport.http import ReplyRoute
 
     entry = await database_sync_to_async(JournalEntry.objects.create)(
         dialect="openai",
@@ -198,24 +199,30 @@ async def test_a_client_that_leaves_while_the_answer_is_worked_out_is_journaled_
         agent_type="router",
         outcome="answered",
     )
-    released = asyncio.Event()
+    started, released = asyncio.Event(), asyncio.Event()
+    finished: list[str] = []
 
-    async def slow_answer() -> int:
-        await released.wait()  # the answer phase, still running when the client leaves
-        return entry.pk
+    class SlowAnswer(ReplyRoute):
+        async def respond(self, body: bytes) -> None:
+            async def work() -> int:
+                started.set()
+                await released.wait()  # the answer phase, still running when the client leaves
+                finished.append("work")
+                return entry.pk
 
-    consumer = ReplyConsumer()
-    request = asyncio.ensure_future(consumer.answering(slow_answer(), lambda pk: pk))
-    await asyncio.sleep(0)
-    request.cancel()  # what http_disconnect does
-    with pytest.raises(asyncio.CancelledError):
-        await request
-    released.set()
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        outcome = await database_sync_to_async(
-            lambda: JournalEntry.objects.get(pk=entry.pk).outcome
-        )()
-        if outcome == "cancelled":
-            break
+            await self.answering(work(), lambda pk: pk)
+            finished.append("replied")  # never: the client has gone
+            await self.send_json(200, {})
+
+    scope = {"type": "http", "method": "POST", "path": "/slow", "headers": []}
+    client = ApplicationCommunicator(SlowAnswer.as_asgi(), scope)
+    await client.send_input({"type": "http.request", "body": b"{}"})
+    await asyncio.wait_for(started.wait(), 5)
+    await client.send_input({"type": "http.disconnect"})
+    await asyncio.sleep(0.05)
+    released.set()  # the work was not cancelled: it finishes, and its entry is marked
+    await client.wait(timeout=5)
+    assert finished == ["work"]
+    assert await client.receive_nothing()
+    outcome = await database_sync_to_async(lambda: JournalEntry.objects.get(pk=entry.pk).outcome)()
     assert outcome == "cancelled"

@@ -1,4 +1,4 @@
-"""Google ADK REST routes, as ``adk api_server`` serves them, on Channels consumers.
+"""Google ADK REST routes, as ``adk api_server`` serves them, on the lean reply routes.
 
 ``GET /list-apps`` lists an app per agent type; sessions live under
 ``/apps/{app}/users/{user}/sessions[/{id}]``; ``POST /run`` answers with a list
@@ -27,7 +27,7 @@ from staticagents.answering import Answer, answer_inquiry
 from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.dialects import adk
 from staticagents.selectors import active_ruleset
-from staticagents.transport.http import ReplyConsumer, RequestRejected, sse
+from staticagents.transport.http import ReplyRoute, RequestRejected, sse
 
 DEFAULT_AGENT_TYPE = "router"
 
@@ -40,7 +40,7 @@ class AdkRejected(RequestRejected):
         self.detail = invalid.detail
 
 
-class AdkConsumer(ReplyConsumer):
+class AdkRoute(ReplyRoute):
     """Method dispatch and FastAPI's error body for every ADK route."""
 
     methods: tuple[str, ...] = ()
@@ -75,7 +75,7 @@ def agent_types() -> list[str]:
     return sorted({*active_ruleset().agent_types, DEFAULT_AGENT_TYPE})
 
 
-class ListAppsConsumer(AdkConsumer):
+class ListAppsRoute(AdkRoute):
     methods: tuple[str, ...] = ("GET",)
 
     async def get(self, body: bytes) -> None:
@@ -97,7 +97,7 @@ def session_body(session: StoredSession) -> dict[str, Any]:
     )
 
 
-class SessionsConsumer(AdkConsumer):
+class SessionsRoute(AdkRoute):
     """``/apps/{app}/users/{user}/sessions``: list (GET) and create (POST)."""
 
     methods: tuple[str, ...] = ("GET", "POST")
@@ -130,7 +130,7 @@ class SessionsConsumer(AdkConsumer):
         await self.send_json(200, session_body(session))
 
 
-class SessionConsumer(SessionsConsumer):
+class SessionRoute(SessionsRoute):
     """``/apps/{app}/users/{user}/sessions/{session_id}``: get, create, update, delete."""
 
     methods: tuple[str, ...] = ("GET", "POST", "PATCH", "DELETE")
@@ -207,7 +207,7 @@ def start_run(
     return Run(answer, ids, session.pk, request.streaming)
 
 
-class RunConsumer(AdkConsumer):
+class RunRoute(AdkRoute):
     """``POST /run``: every event of the run, as one JSON list."""
 
     methods: tuple[str, ...] = ("POST",)
@@ -231,7 +231,7 @@ class RunConsumer(AdkConsumer):
         await self.send_json(200, [event])
 
 
-class RunSseConsumer(RunConsumer):
+class RunSseRoute(RunRoute):
     """``POST /run_sse``: ``data: {event}`` frames; partial text deltas when ``streaming``."""
 
     async def post(self, body: bytes) -> None:
@@ -255,9 +255,9 @@ class RunSseConsumer(RunConsumer):
 SESSIONS = "apps/<str:app>/users/<str:user>/sessions"
 
 http_routes = [
-    path("list-apps", ListAppsConsumer.as_asgi()),
-    path(SESSIONS, SessionsConsumer.as_asgi()),
-    path(f"{SESSIONS}/<str:session_id>", SessionConsumer.as_asgi()),
-    path("run", RunConsumer.as_asgi()),
-    path("run_sse", RunSseConsumer.as_asgi()),
+    path("list-apps", ListAppsRoute.as_asgi()),
+    path(SESSIONS, SessionsRoute.as_asgi()),
+    path(f"{SESSIONS}/<str:session_id>", SessionRoute.as_asgi()),
+    path("run", RunRoute.as_asgi()),
+    path("run_sse", RunSseRoute.as_asgi()),
 ]

@@ -16,13 +16,13 @@ from staticagents.dialects import anthropic
 from staticagents.transport.http import RequestRejected, sse
 from staticagents.transport.llm import (
     AGENT_PREFIX,
-    ModelReplyConsumer,
+    ModelReplyRoute,
     request_id_headers,
     retry_headers,
 )
 
 
-class MessagesConsumer(ModelReplyConsumer):
+class MessagesRoute(ModelReplyRoute):
     dialect = "anthropic"
     id_prefix = "msg_"
     key_sources = access.ANTHROPIC  # x-api-key, as the SDK sends it (or Bearer)
@@ -49,4 +49,4 @@ class MessagesConsumer(ModelReplyConsumer):
         return anthropic.error_body(rejection.message, rejection.kind)
 
 
-http_routes = [re_path(AGENT_PREFIX + r"v1/messages/?$", MessagesConsumer.as_asgi())]
+http_routes = [re_path(AGENT_PREFIX + r"v1/messages/?$", MessagesRoute.as_asgi())]

@@ -21,7 +21,7 @@ from staticagents import access, chat_exchanges
 from staticagents.chat_exchanges import ExchangeNotFound
 from staticagents.dialects import galaxy
 from staticagents.dialects.galaxy import GalaxyRequestInvalid, StreamEvent
-from staticagents.transport.http import ReplyConsumer, RequestRejected, sse
+from staticagents.transport.http import ReplyRoute, RequestRejected, sse
 
 ROUTE = "/api/chat/stream"
 
@@ -34,7 +34,7 @@ class GalaxyRejection(RequestRejected):
         self.body = invalid.body()
 
 
-class GalaxyStreamConsumer(ReplyConsumer):
+class GalaxyStreamRoute(ReplyRoute):
     key_sources = access.GALAXY  # Galaxy's x-api-key header or ?key= (or Bearer)
 
     def key_refusal(self, refusal: access.Refusal) -> RequestRejected:

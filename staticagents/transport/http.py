@@ -1,25 +1,27 @@
-"""The base of every model-dialect reply route: a lean Channels HTTP consumer.
+"""The base of every model-dialect reply route: a lean ASGI request handler.
 
-It admits a request on its headers first (the API key when keys are
-configured, no content coding), reads the body (with a size limit), runs the
-dialect's handler as a task so that a client disconnect can cancel a stream at
-once, and gives dialects small helpers for JSON bodies and paced SSE streams.
+The reply routes are the service's hot path, so they are plain ASGI apps rather
+than Channels consumers: one handler object per request, no channel, no task
+per message. A handler admits the request on its headers (the API key when keys
+are configured, no content coding, a declared length within the limit), reads
+the body (with the same limit), and then runs the dialect's ``respond`` while a
+small watcher task listens for the client leaving:
+
+* while the answer is worked out (``answering``), the work finishes and its
+  journal entry is then marked cancelled;
+* after that (a stream being paced out), the handler stops at once and the
+  entry is marked cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any, ClassVar, TypeVar
 
 import orjson
-from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
-from channels.exceptions import StopConsumer
-from channels.generic.http import AsyncHttpConsumer
-from channels.layers import channel_layers
 from django.conf import settings
 
 from staticagents import access
@@ -29,18 +31,20 @@ from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-JSON_HEADERS = [(b"content-type", b"application/json")]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON_TYPE = (b"content-type", b"application/json")
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
 
-
-# An alias registered as "no layer", so looking it up per request costs a dict lookup
-# instead of a failed settings lookup.
-NO_CHANNEL_LAYER = "static-agents-no-layer"
-channel_layers.set(NO_CHANNEL_LAYER, None)
+# What a handler is doing when the client leaves (see the module doc).
+READING, ANSWERING, RESPONDING, DONE = range(4)
 
 
 class RequestRejected(Exception):
@@ -62,24 +66,37 @@ class RequestRejected(Exception):
         self.code = code
 
 
-class ReplyConsumer(AsyncHttpConsumer):
+class ClientLeft(Exception):
+    """The client disconnected while its answer was worked out; the entry is marked."""
+
+
+class ReplyRoute:
     """Subclasses implement ``respond(body)`` and ``error_body(rejection)``.
 
     ``key_sources`` says where the dialect's clients send an API key, and
     ``key_refusal`` words the 401 when ``STATIC_AGENTS_API_KEYS`` is set.
     """
 
-    # Reply routes never use the channel layer; skipping it saves a channel per request.
-    channel_layer_alias = NO_CHANNEL_LAYER
-    key_sources = access.OPENAI
+    key_sources: ClassVar[access.KeySources] = access.OPENAI
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.size = 0
-        self.task: asyncio.Task[None] | None = None
+    def __init__(self, scope: Scope, send: Send) -> None:
+        self.scope = scope
+        self._send = send
         self.headers_sent = False
         self.entry_id: int | None = None  # the journal entry, marked if the client leaves
-        self.admitted = False  # the headers passed admission (checked on the first chunk)
+        self.phase = READING
+        self.client_left = False
+        self._headers: dict[str, str] | None = None
+
+    @classmethod
+    def as_asgi(cls) -> Any:
+        """The route as an ASGI application (typed Any: Django's URL patterns expect views)."""
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            await cls(scope, send).run(receive)
+
+        app.handler_class = cls  # type: ignore[attr-defined]
+        return app
 
     # -- to implement ------------------------------------------------------------
 
@@ -96,81 +113,105 @@ class ReplyConsumer(AsyncHttpConsumer):
 
     def admission(self) -> RequestRejected | None:
         """Why the request is refused on its headers alone (before its body is read), or None."""
-        headers = self.request_headers
-        refusal = access.check_key(self.key_sources, headers, self.scope.get("query_string", b""))
+        headers, query = self.request_headers, self.scope.get("query_string", b"")
+        if b"%00" in query or "\x00" in self.scope.get("path", ""):
+            return RequestRejected(400, f"The path or query {NUL_PROBLEM}")
+        refusal = access.check_key(self.key_sources, headers, query)
         if refusal is not None:
             return self.key_refusal(refusal)
         encoding = headers.get("content-encoding", "").strip().lower()
         if encoding not in ("", "identity"):
             message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
             return RequestRejected(415, message)
+        length = headers.get("content-length", "").strip()
+        if length.isdigit() and int(length) > settings.STATIC_AGENTS_MAX_BODY_BYTES:
+            return self.too_large()
         return None
+
+    def too_large(self) -> RequestRejected:
+        limit = settings.STATIC_AGENTS_MAX_BODY_BYTES
+        message = f"request body exceeds {limit} bytes (STATIC_AGENTS_MAX_BODY_BYTES)"
+        return RequestRejected(413, message, "request_too_large")
 
     # -- ASGI plumbing -------------------------------------------------------------
 
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        # Channels closes stale ORM connections before every message, a thread hop
-        # each time. Reply routes never touch the ORM on the event loop: their
-        # database work runs in threads that manage their own connections.
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"no handler for message type {message['type']}")
-        await handler(message)
-
-    async def http_request(self, message: dict[str, Any]) -> None:
-        if not self.admitted:
-            rejection = self.admission()
-            if rejection is not None:
-                await self.send_json(rejection.status, self.error_body(rejection))
-                raise StopConsumer
-            self.admitted = True
-        chunk = message.get("body", b"")
-        self.size += len(chunk)
-        if self.size > settings.STATIC_AGENTS_MAX_BODY_BYTES:
-            rejection = RequestRejected(
-                413,
-                f"request body exceeds {settings.STATIC_AGENTS_MAX_BODY_BYTES} bytes "
-                "(STATIC_AGENTS_MAX_BODY_BYTES)",
-                "request_too_large",
-            )
-            await self.send_json(413, self.error_body(rejection))
-            raise StopConsumer
-        self.body.append(chunk)
-        if not message.get("more_body"):
-            self.task = asyncio.ensure_future(self._run(b"".join(self.body)))
-
-    async def http_disconnect(self, message: dict[str, Any]) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
-        raise StopConsumer
-
-    async def answering(self, work: Awaitable[T], entry_of: Callable[[T], int | None]) -> T:
-        """Await the answer phase and remember its journal entry.
-
-        The answer is shielded: a client that leaves while it is being worked
-        out cancels this request at once, but the work finishes and its journal
-        entry is then marked cancelled, like a stream the client left.
-        """
-        task = asyncio.ensure_future(work)
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.add_done_callback(functools.partial(_cancel_when_recorded, entry_of))
-            raise
-        self.entry_id = entry_of(result)
-        return result
-
-    async def _run(self, body: bytes) -> None:
+    async def run(self, receive: Receive) -> None:
+        refused = self.admission()
+        if refused is not None:
+            await self.send_json(refused.status, self.error_body(refused))
+            return
+        body = await self.read_body(receive)
+        if body is None:
+            return  # refused, or the client left before its body arrived
+        main = asyncio.current_task()
+        assert main is not None
+        # The watcher ends by itself: the server reports a disconnect once the response is done.
+        asyncio.get_running_loop().create_task(self._watch(receive, main))
         try:
             await self.respond(body)
         except RequestRejected as rejection:
             await self.reject(rejection)
+        except ClientLeft:
+            pass
         except asyncio.CancelledError:
-            raise
+            if not self.client_left:  # a server shutdown, not our watcher
+                raise
         except Exception:
             log.exception("reply route %s failed", self.scope.get("path"))
             await self.reject(RequestRejected(500, "internal error in Static Agents", "api_error"))
+        finally:
+            self.phase = DONE
+
+    async def read_body(self, receive: Receive) -> bytes | None:
+        """The whole request body, or None when it was refused or the client left."""
+        chunks: list[bytes] = []
+        size, limit = 0, settings.STATIC_AGENTS_MAX_BODY_BYTES
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # http.disconnect
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                rejection = self.too_large()
+                await self.send_json(rejection.status, self.error_body(rejection))
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _watch(self, receive: Receive, main: asyncio.Task[Any]) -> None:
+        """Wait for the client to leave, and act on what the handler was doing then.
+
+        The server also reports a disconnect once the response is complete; the
+        handler's phase is DONE by then, and there is nothing to do.
+        """
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.phase == DONE:
+            return
+        self.client_left = True
+        if self.phase == ANSWERING:
+            return  # ``answering`` marks the entry once the work is done
+        main.cancel()
+        if self.entry_id is not None:
+            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+
+    async def answering(self, work: Awaitable[T], entry_of: Callable[[T], int | None]) -> T:
+        """Await the answer phase and remember its journal entry.
+
+        A client that leaves meanwhile does not interrupt the work (its journal
+        entry is written whole); the entry is then marked cancelled and the
+        handler stops.
+        """
+        self.phase = ANSWERING
+        result = await work
+        self.entry_id = entry_of(result)
+        if self.client_left:
+            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+            raise ClientLeft
+        self.phase = RESPONDING
+        return result
 
     async def reject(self, rejection: RequestRejected) -> None:
         if self.headers_sent:
@@ -181,27 +222,39 @@ class ReplyConsumer(AsyncHttpConsumer):
 
     @property
     def request_headers(self) -> dict[str, str]:
-        return {
-            k.decode("latin-1").lower(): v.decode("latin-1")
-            for k, v in self.scope.get("headers", [])
-        }
+        if self._headers is None:
+            self._headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1")
+                for k, v in self.scope.get("headers", [])
+            }
+        return self._headers
 
     async def send_json(
         self, status: int, payload: Any, headers: Iterable[tuple[bytes, bytes]] = ()
     ) -> None:
+        body = orjson.dumps(payload)
         self.headers_sent = True
-        await self.send_headers(status=status, headers=[*JSON_HEADERS, *headers])
-        await self.send_body(orjson.dumps(payload))
+        await self._send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers],
+            }
+        )
+        await self._send({"type": "http.response.body", "body": body})
 
     async def start_sse(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         self.headers_sent = True
-        await self.send_headers(status=200, headers=[*SSE_HEADERS, *headers])
+        await self._send(
+            {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
+        )
 
     async def send_chunk(self, data: bytes) -> None:
-        await self.send_body(data, more_body=True)
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
 
     async def end_stream(self, data: bytes = b"") -> None:
-        await self.send_body(data)
+        self.phase = DONE
+        await self._send({"type": "http.response.body", "body": data})
 
     async def send_paced(self, frames: Iterable[tuple[float, bytes]]) -> bool:
         """Send each frame at its offset (seconds from now); False if cut off.
@@ -234,21 +287,6 @@ class ReplyConsumer(AsyncHttpConsumer):
         if due:
             await self.send_chunk(b"".join(due))
         return True
-
-
-_marking: set[asyncio.Future[None]] = set()  # keeps the marking tasks alive until done
-
-
-def _cancel_when_recorded(entry_of: Callable[[Any], int | None], task: asyncio.Future[Any]) -> None:
-    if task.cancelled() or task.exception() is not None:
-        return
-    entry_id = entry_of(task.result())
-    if entry_id is not None:
-        marking = asyncio.ensure_future(
-            database_sync_to_async(mark_cancelled)(entry_id, "cancelled")
-        )
-        _marking.add(marking)
-        marking.add_done_callback(_marking.discard)
 
 
 def sse(payload: Any, event: str | None = None) -> bytes:

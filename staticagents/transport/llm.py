@@ -25,13 +25,13 @@ from staticagents.dialects.llm import (
     choose_agent_type,
 )
 from staticagents.selectors import current_ruleset
-from staticagents.transport.http import ReplyConsumer, RequestRejected, parse_json_object, sse
+from staticagents.transport.http import ReplyRoute, RequestRejected, parse_json_object, sse
 
 # Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
 AGENT_PREFIX = r"^(?:agents/(?P<agent_type>[^/]+)/)?"
 
 
-class ModelReplyConsumer(ReplyConsumer):
+class ModelReplyRoute(ReplyRoute):
     """A reply route of a model dialect: parse, answer, then a JSON body or a paced stream."""
 
     dialect = ""
@@ -87,14 +87,15 @@ async def answer_conversation(
     """Complete the inquiry from the route and headers, then answer and journal it."""
     header = headers.get("x-agent-type")
     # Only a request that names no agent type needs the rule snapshot to read its model.
-    known = () if (prefix or header) else (await current_ruleset()).agent_types
+    ruleset = None if (prefix or header) else await current_ruleset()
+    known = ruleset.agent_types if ruleset is not None else ()
     agent_type = choose_agent_type(
         prefix=prefix, header=header, model=conversation.model, known=known
     )
     inquiry = conversation.inquiry(
         dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
     )
-    return await aanswer_inquiry(inquiry, route=route, body=body)
+    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
 
 
 def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:

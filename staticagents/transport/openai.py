@@ -17,13 +17,13 @@ from staticagents.selectors import current_ruleset
 from staticagents.transport.http import RequestRejected, sse
 from staticagents.transport.llm import (
     AGENT_PREFIX,
-    ModelReplyConsumer,
+    ModelReplyRoute,
     request_id_headers,
     retry_headers,
 )
 
 
-class ChatCompletionsConsumer(ModelReplyConsumer):
+class ChatCompletionsRoute(ModelReplyRoute):
     dialect = "openai"
     id_prefix = "chatcmpl-"
 
@@ -61,7 +61,7 @@ def openai_key_refusal(refusal: access.Refusal) -> RequestRejected:
     return RequestRejected(401, refusal.message, "invalid_request_error", code=code)
 
 
-class ModelsConsumer(ModelReplyConsumer):
+class ModelsRoute(ModelReplyRoute):
     """One model per agent type, plus the default; in Anthropic's shape for its SDK."""
 
     key_sources = access.MODELS
@@ -90,6 +90,6 @@ class ModelsConsumer(ModelReplyConsumer):
 
 
 http_routes = [
-    re_path(AGENT_PREFIX + r"v1/chat/completions/?$", ChatCompletionsConsumer.as_asgi()),
-    re_path(AGENT_PREFIX + r"v1/models/?$", ModelsConsumer.as_asgi()),
+    re_path(AGENT_PREFIX + r"v1/chat/completions/?$", ChatCompletionsRoute.as_asgi()),
+    re_path(AGENT_PREFIX + r"v1/models/?$", ModelsRoute.as_asgi()),
 ]
