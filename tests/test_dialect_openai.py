@@ -176,7 +176,7 @@ def test_tool_call_fragments_name_the_call_first_then_carry_its_arguments() -> N
         timing=Timing(first_delay_ms=100, word_delay_ms=10),
     )
     events = stream_events(reply, Envelope("chatcmpl-1", 0, "m"), include_usage=False)
-    deltas = [e.data["choices"][0]["delta"] for e in events]
+    deltas = [e.payload["choices"][0]["delta"] for e in events]
     assert deltas[1]["tool_calls"] == [
         {
             "index": 0,
@@ -188,7 +188,7 @@ def test_tool_call_fragments_name_the_call_first_then_carry_its_arguments() -> N
     pieces = [d["tool_calls"][0]["function"]["arguments"] for d in deltas[2:-1]]
     assert "".join(pieces) == '{"topic": "rain"}' and len(pieces) == 2
     assert [e.at for e in events] == pytest.approx([0.0, 0.1, 0.11, 0.12, 0.12])
-    assert events[-1].data["choices"][0]["finish_reason"] == "tool_calls"
+    assert events[-1].payload["choices"][0]["finish_reason"] == "tool_calls"
 
 
 def test_the_model_dialect_modules_import_nothing_from_django() -> None:

@@ -22,10 +22,12 @@ from staticagents.core.replies import Reply, ReplyError
 from staticagents.core.timing import chunk_text, plan_stream, schedule
 from staticagents.dialects.llm import (
     DEFAULT_MODEL,
+    SLOT,
     Conversation,
     Envelope,
     InvalidRequest,
     StreamEvent,
+    TextTemplate,
     arguments_json,
     inquiry_context,
     joined,
@@ -204,26 +206,35 @@ def _content_blocks(reply: Reply) -> list[StreamEvent]:
     later = iter(list(schedule(slots, reply.timing))[len(pieces) :])
     first = reply.timing.first_delay_ms / 1000
     blocks = BlockWriter()
-    thinking = [
-        (p.at, {"type": "thinking_delta", "thinking": p.text})
-        for p in pieces
-        if p.kind == "thinking"
-    ]
+    thinking = [(p.at, p.text) for p in pieces if p.kind == "thinking"]
     if thinking:
         closing = {"type": "signature_delta", "signature": signature(reply.thinking or "")}
-        blocks.add({"type": "thinking", "thinking": "", "signature": ""}, thinking, first, closing)
+        blocks.add(
+            {"type": "thinking", "thinking": "", "signature": ""},
+            Deltas("thinking_delta", "thinking", thinking),
+            first,
+            closing,
+        )
     if _has_text_block(reply):
-        text = [(p.at, {"type": "text_delta", "text": p.text}) for p in pieces if p.kind == "text"]
-        blocks.add({"type": "text", "text": ""}, text, stream_end(blocks.events, first))
+        text = [(p.at, p.text) for p in pieces if p.kind == "text"]
+        begin = stream_end(blocks.events, first)
+        blocks.add({"type": "text", "text": ""}, Deltas("text_delta", "text", text), begin)
     for call, parts in zip(reply.tool_calls, inputs, strict=True):
         begin = next(later)
-        json_deltas = [
-            (next(later), {"type": "input_json_delta", "partial_json": p}) for p in parts
-        ]
+        json_deltas = Deltas("input_json_delta", "partial_json", [(next(later), p) for p in parts])
         blocks.add(
             {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}, json_deltas, begin
         )
     return blocks.events
+
+
+@dataclass(frozen=True, slots=True)
+class Deltas:
+    """The timed pieces of one content block, and the delta type and field that carry them."""
+
+    type: str
+    field: str
+    pieces: Sequence[tuple[float, str]]
 
 
 class BlockWriter:
@@ -236,30 +247,33 @@ class BlockWriter:
     def add(
         self,
         block: dict[str, Any],
-        deltas: Sequence[tuple[float, dict[str, Any]]],
+        deltas: Deltas,
         due: float,
         closing: dict[str, Any] | None = None,
     ) -> None:
-        begin = min([due, *(at for at, _ in deltas[:1])])
-        end = deltas[-1][0] if deltas else begin
+        pieces = deltas.pieces
+        begin = min([due, *(at for at, _ in pieces[:1])])
+        end = pieces[-1][0] if pieces else begin
         index = self.index
         self.events.append(
             _event(begin, {"type": "content_block_start", "index": index, "content_block": block})
         )
-        self.events += [_delta(at, index, delta) for at, delta in deltas]
+        delta = {"type": deltas.type, deltas.field: SLOT}
+        template = TextTemplate(_delta_body(index, delta), "content_block_delta")
+        self.events += [template.at(at, piece) for at, piece in pieces]
         if closing is not None:
-            self.events.append(_delta(end, index, closing))
+            self.events.append(_event(end, _delta_body(index, closing)))
         self.events.append(_event(end, {"type": "content_block_stop", "index": index}))
         self.index += 1
 
 
-def _delta(at: float, index: int, delta: dict[str, Any]) -> StreamEvent:
-    return _event(at, {"type": "content_block_delta", "index": index, "delta": delta})
+def _delta_body(index: int, delta: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": delta}
 
 
 def _event(at: float, data: dict[str, Any]) -> StreamEvent:
     """Anthropic names every event after its type, on an ``event:`` line."""
-    return StreamEvent(at, data, data["type"])
+    return StreamEvent.of(at, data, data["type"])
 
 
 def _message(envelope: Envelope) -> dict[str, Any]:
@@ -295,7 +309,7 @@ def scripted_error_body(error: ReplyError) -> dict[str, Any]:
 def cut_off_event(limit_seconds: float) -> StreamEvent:
     """The ``error`` event sent in place of the rest of a stream that ran too long."""
     message = f"stream cut off: it would outlast the maximum stream duration of {limit_seconds:g} s"
-    return StreamEvent(0.0, error_body(message, "timeout_error"), "error")
+    return StreamEvent.of(0.0, error_body(message, "timeout_error"), "error")
 
 
 def models_body(agent_types: Sequence[str]) -> dict[str, Any]:

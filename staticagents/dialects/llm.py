@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from staticagents.core.inquiry import Inquiry
 
 DEFAULT_AGENT_TYPE = "router"  # Galaxy's default agent, and the Inquiry's
@@ -152,11 +154,48 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One server-sent event, due ``at`` seconds after the stream starts."""
+    """One server-sent event, due ``at`` seconds after the stream starts.
+
+    ``data`` is the event's JSON, rendered: a stream is rendered once, when it
+    is planned, so that sending it costs nothing but the writes.
+    """
 
     at: float
-    data: Any
+    data: bytes
     event: str | None = None  # the SSE ``event:`` line; None sends data only
+
+    @classmethod
+    def of(cls, at: float, payload: Any, event: str | None = None) -> StreamEvent:
+        return cls(at, orjson.dumps(payload), event)
+
+    @property
+    def payload(self) -> Any:
+        """The event's JSON, parsed (for whoever inspects a planned stream)."""
+        return orjson.loads(self.data)
+
+
+# NUL never reaches a template from a request (bodies holding one are refused),
+# so the rendered slot cannot occur in the payload around it.
+SLOT = "\x00slot\x00"
+_RENDERED_SLOT = orjson.dumps(SLOT)
+
+
+class TextTemplate:
+    """A payload rendered once around ``SLOT``, for the many events that differ in one string.
+
+    A streamed reply is mostly chunks that are alike but for their text; filling
+    a template is a concatenation where building and rendering each chunk's
+    dict would cost far more.
+    """
+
+    __slots__ = ("event", "head", "tail")
+
+    def __init__(self, payload: Mapping[str, Any], event: str | None = None) -> None:
+        self.head, self.tail = orjson.dumps(payload).split(_RENDERED_SLOT)
+        self.event = event
+
+    def at(self, at: float, text: str) -> StreamEvent:
+        return StreamEvent(at, self.head + orjson.dumps(text) + self.tail, self.event)
 
 
 def arguments_json(arguments: Mapping[str, Any]) -> str:

@@ -18,10 +18,12 @@ from staticagents.core.replies import Reply, ReplyError, ToolCall
 from staticagents.core.timing import chunk_text, plan_stream, schedule
 from staticagents.dialects.llm import (
     DEFAULT_MODEL,
+    SLOT,
     Conversation,
     Envelope,
     InvalidRequest,
     StreamEvent,
+    TextTemplate,
     arguments_json,
     inquiry_context,
     joined,
@@ -172,19 +174,20 @@ def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> l
     later = list(schedule(len(pieces) + len(fragments), reply.timing))[len(pieces) :]
 
     def chunk(at: float, delta: dict[str, Any], finish: str | None = None) -> StreamEvent:
-        return StreamEvent(at, _chunk(envelope, delta, finish, include_usage))
+        return StreamEvent.of(at, _chunk(envelope, delta, finish, include_usage))
 
+    def text(key: str) -> TextTemplate:
+        return TextTemplate(_chunk(envelope, {key: SLOT}, None, include_usage))
+
+    content, thinking = text("content"), text("reasoning_content")
     events = [chunk(0.0, {"role": "assistant", "content": ""})]
-    events += [
-        chunk(p.at, {"reasoning_content" if p.kind == "thinking" else "content": p.text})
-        for p in pieces
-    ]
+    events += [(thinking if p.kind == "thinking" else content).at(p.at, p.text) for p in pieces]
     events += [chunk(at, {"tool_calls": [f]}) for at, f in zip(later, fragments, strict=True)]
     end = stream_end(events, reply.timing.first_delay_ms / 1000)
     events.append(chunk(end, {}, FINISH_REASONS[reply.finish_reason]))
     if include_usage:
         usage_chunk = {**_identity(envelope, "chat.completion.chunk"), "choices": []}
-        events.append(StreamEvent(end, {**usage_chunk, "usage": usage_body(reply)}))
+        events.append(StreamEvent.of(end, {**usage_chunk, "usage": usage_body(reply)}))
     return events
 
 

@@ -13,7 +13,7 @@ from django.urls import re_path
 
 from staticagents import access
 from staticagents.dialects import anthropic
-from staticagents.transport.http import RequestRejected, sse
+from staticagents.transport.http import RequestRejected, sse_frame
 from staticagents.transport.llm import (
     AGENT_PREFIX,
     ModelReplyRoute,
@@ -39,11 +39,9 @@ class MessagesRoute(ModelReplyRoute):
             await self.send_json(reply.error.status, error, headers)
         elif not conversation.stream:
             await self.send_json(200, anthropic.message_body(reply, envelope), headers)
-        elif await self.stream(anthropic.stream_events(reply, envelope), headers):
-            await self.end_stream()
-        else:
+        elif not await self.stream(anthropic.stream_events(reply, envelope), headers):
             cut_off = anthropic.cut_off_event(settings.STATIC_AGENTS_MAX_STREAM_SECONDS)
-            await self.end_stream(sse(cut_off.data, cut_off.event))
+            await self.end_stream(sse_frame(cut_off.data, cut_off.event))
 
     def error_body(self, rejection: RequestRejected) -> Any:
         return anthropic.error_body(rejection.message, rejection.kind)

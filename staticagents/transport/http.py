@@ -27,6 +27,7 @@ from django.conf import settings
 from staticagents import access
 from staticagents.answering import mark_cancelled
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.transport.turns import turnstile
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -143,6 +144,7 @@ class ReplyRoute:
         body = await self.read_body(receive)
         if body is None:
             return  # refused, or the client left before its body arrived
+        await turnstile().admit()
         main = asyncio.current_task()
         assert main is not None
         # The watcher ends by itself: the server reports a disconnect once the response is done.
@@ -256,17 +258,22 @@ class ReplyRoute:
         self.phase = DONE
         await self._send({"type": "http.response.body", "body": data})
 
-    async def send_paced(self, frames: Iterable[tuple[float, bytes]]) -> bool:
+    async def send_paced(
+        self, frames: Iterable[tuple[float, bytes]], closing: bytes | None = None
+    ) -> bool:
         """Send each frame at its offset (seconds from now); False if cut off.
 
         Offsets are absolute from the stream's start, so drift never accumulates;
         frames that are already due when the loop gets to them (a busy server)
-        go out together in one write, so a late stream catches up at once. A
-        stream that would outlast the configured maximum is cut off there.
+        go out together in one write, so a late stream catches up at once. With
+        ``closing``, a stream that runs its course ends with those bytes, in the
+        same write as its last frames. A stream that would outlast the
+        configured maximum is cut off there.
         """
         loop = asyncio.get_running_loop()
         start = loop.time()
         limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+        send = self._send
         due: list[bytes] = []
         for offset, data in frames:
             if offset > limit:
@@ -278,21 +285,30 @@ class ReplyRoute:
             delay = start + offset - loop.time()
             if delay > 0:
                 if due:
-                    await self.send_chunk(b"".join(due))
+                    body = b"".join(due)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
                     due = []
                     delay = start + offset - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
             due.append(data)
-        if due:
+        if closing is not None:
+            await self.end_stream(b"".join([*due, closing]))
+        elif due:
             await self.send_chunk(b"".join(due))
         return True
 
 
 def sse(payload: Any, event: str | None = None) -> bytes:
     """One server-sent event with a JSON payload."""
-    data = orjson.dumps(payload)
-    return (b"event: " + event.encode() + b"\n" if event else b"") + b"data: " + data + b"\n\n"
+    return sse_frame(orjson.dumps(payload), event)
+
+
+def sse_frame(data: bytes, event: str | None = None) -> bytes:
+    """One server-sent event around JSON that is already rendered."""
+    if event is None:
+        return b"data: " + data + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:

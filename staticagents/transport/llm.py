@@ -25,7 +25,7 @@ from staticagents.dialects.llm import (
     choose_agent_type,
 )
 from staticagents.selectors import current_ruleset
-from staticagents.transport.http import ReplyRoute, RequestRejected, parse_json_object, sse
+from staticagents.transport.http import ReplyRoute, RequestRejected, parse_json_object, sse_frame
 
 # Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
 AGENT_PREFIX = r"^(?:agents/(?P<agent_type>[^/]+)/)?"
@@ -68,11 +68,19 @@ class ModelReplyRoute(ReplyRoute):
         return Envelope(id=f"{self.id_prefix}{suffix}", created=int(time.time()), model=model)
 
     async def stream(
-        self, events: Sequence[StreamEvent], headers: Sequence[tuple[bytes, bytes]] = ()
+        self,
+        events: Sequence[StreamEvent],
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        closing: bytes = b"",
     ) -> bool:
-        """Send the events on their schedule; False when the maximum duration cut it off."""
+        """Send the events on their schedule, then ``closing`` and the end of the response.
+
+        False when the maximum duration cut the stream off: the response is
+        still open, for the dialect's own word on why it ended.
+        """
         await self.start_sse(headers)
-        return await self.send_paced((event.at, sse(event.data, event.event)) for event in events)
+        frames = [(event.at, sse_frame(event.data, event.event)) for event in events]
+        return await self.send_paced(frames, closing)
 
 
 async def answer_conversation(

@@ -42,9 +42,7 @@ class ChatCompletionsRoute(ModelReplyRoute):
             await self.send_json(200, openai.completion_body(reply, envelope), headers)
         else:
             events = openai.stream_events(reply, envelope, include_usage=conversation.include_usage)
-            if await self.stream(events, headers):
-                await self.end_stream(openai.DONE)
-            else:
+            if not await self.stream(events, headers, closing=openai.DONE):
                 limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
                 await self.end_stream(sse(openai.cut_off_body(limit)))
 
