@@ -17,7 +17,6 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, QuerySet
-from django.utils import timezone
 
 from staticagents.batching import insert_entries, prune_hooks, reply_store
 from staticagents.core.inquiry import Inquiry, mask_headers
@@ -161,7 +160,6 @@ def journal_entry(
     if reply.rule is None:  # "why did nothing match" is then one journal read away
         diagnosis = [v.as_dict() for v in explain_inquiry(ruleset, inquiry)]
     return dict(
-        created_at=timezone.now(),
         dialect=inquiry.dialect,
         route=route[:300],
         session=inquiry.session,

@@ -49,6 +49,7 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
+from django.utils import timezone
 
 from staticagents.models import JournalEntry, RulesetState
 
@@ -221,33 +222,74 @@ def insert_entries(entries: list[dict[str, Any]]) -> list[int]:
 def insert_statements(
     db: BaseDatabaseWrapper, entries: list[dict[str, Any]], placeholder: str, batch: int = 200
 ) -> Iterator[tuple[str, list[Any]]]:
-    """Multi-row ``INSERT ... RETURNING id`` statements for ``entries``, with their values."""
-    fields, adapters = _journal_columns(db.vendor)
-    table = db.ops.quote_name(JournalEntry._meta.db_table)
-    columns = ", ".join(db.ops.quote_name(f.column) for f in fields)
-    row = "(" + ", ".join([placeholder] * len(fields)) + ")"
+    """Multi-row ``INSERT ... RETURNING id`` statements for ``entries``, with their values.
+
+    An absent field takes its default; ``created_at`` (``auto_now_add``) takes
+    the time of the insert, read once for the statement.
+    """
+    columns = _journal_columns(db.vendor)
     for start in range(0, len(entries), batch):
         chunk = entries[start : start + batch]
-        values = [
-            adapt(db, entry[field.attname] if field.attname in entry else field.get_default())
-            for entry in chunk
-            for field, adapt in zip(fields, adapters, strict=True)
-        ]
-        rows = ", ".join([row] * len(chunk))
-        yield f"INSERT INTO {table} ({columns}) VALUES {rows} RETURNING id", values
+        now = _insert_time(db)
+        values: list[Any] = []
+        append = values.append
+        for entry in chunk:
+            for name, adapt, default in columns:
+                value = entry.get(name, default)
+                if value is _NOW:
+                    value = now
+                elif adapt is not None:
+                    value = adapt(db, value)
+                append(value)
+        yield _insert_sql(db, placeholder, len(chunk)), values
 
 
 Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
+_NOW = object()  # the default of an ``auto_now_add`` column: the time of the insert
+_CREATED_AT = JournalEntry._meta.get_field("created_at")
+
+
+def _insert_time(db: BaseDatabaseWrapper) -> Any:
+    adapt = _adapter(_CREATED_AT, db.vendor)
+    now = timezone.now()
+    return now if adapt is None else adapt(db, now)
 
 
 @functools.cache
-def _journal_columns(vendor: str) -> tuple[list[Field[Any, Any]], list[Adapter]]:
-    """The journal's columns and, for each, how a Python value becomes a query parameter."""
-    fields = [f for f in JournalEntry._meta.concrete_fields if not f.primary_key]
-    return fields, [_adapter(field, vendor) for field in fields]
+def _journal_columns(vendor: str) -> list[tuple[str, Adapter | None, Any]]:
+    """For each journal column: its field name, how a value becomes a parameter, its default.
+
+    A default is taken once: a mutable one (``dict``) is only ever serialised.
+    """
+    columns = []
+    for column in _journal_fields():
+        default = _NOW if getattr(column, "auto_now_add", False) else column.get_default()
+        columns.append((column.attname, _adapter(column, vendor), default))
+    return columns
 
 
-def _adapter(field: Field[Any, Any], vendor: str) -> Adapter:
+def _journal_fields() -> list[Field[Any, Any]]:
+    return [f for f in JournalEntry._meta.concrete_fields if not f.primary_key]
+
+
+# The statement for each (vendor, placeholder, row count); a batch has at most 200 rows.
+_insert_sqls: dict[tuple[str, str, int], str] = {}
+
+
+def _insert_sql(db: BaseDatabaseWrapper, placeholder: str, rows: int) -> str:
+    key = (db.vendor, placeholder, rows)
+    sql = _insert_sqls.get(key)
+    if sql is None:
+        table = db.ops.quote_name(JournalEntry._meta.db_table)
+        fields = _journal_fields()
+        names = ", ".join(db.ops.quote_name(f.column) for f in fields)
+        row = "(" + ", ".join([placeholder] * len(fields)) + ")"
+        values = ", ".join([row] * rows)
+        sql = _insert_sqls[key] = f"INSERT INTO {table} ({names}) VALUES {values} RETURNING id"
+    return sql
+
+
+def _adapter(field: Field[Any, Any], vendor: str) -> Adapter | None:
     if isinstance(field, models.JSONField):
         if vendor == "sqlite" and field.encoder is None:
             return _sqlite_json
@@ -257,7 +299,7 @@ def _adapter(field: Field[Any, Any], vendor: str) -> Adapter:
         if vendor == "sqlite":
             return _sqlite_datetime
         return lambda db, value: db.ops.adapt_datetimefield_value(value)
-    return lambda db, value: value  # text, numbers and booleans go as they are
+    return None  # text, numbers and booleans go as they are
 
 
 def _sqlite_json(db: BaseDatabaseWrapper, value: Any) -> Any:
