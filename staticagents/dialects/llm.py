@@ -101,16 +101,20 @@ def type_name(value: Any) -> str:
 
 def required(payload: Mapping[str, Any], key: str, kind: type, path: str = "") -> Any:
     """``payload[key]``, which must be present and of ``kind``."""
-    where = f"{path}{key}"
     if key not in payload:
-        raise InvalidRequest(where, "field required")
-    return _checked(payload[key], kind, where)
+        raise InvalidRequest(f"{path}{key}", "field required")
+    value = payload[key]
+    if type(value) is kind:  # the common case, decided without building the field's path
+        return value
+    return _checked(value, kind, f"{path}{key}")
 
 
 def optional(payload: Mapping[str, Any], key: str, kind: type, path: str = "") -> Any:
     """``payload[key]`` of ``kind``, or None when absent or null."""
     value = payload.get(key)
-    return None if value is None else _checked(value, kind, f"{path}{key}")
+    if value is None or type(value) is kind:
+        return value
+    return _checked(value, kind, f"{path}{key}")
 
 
 def _checked(value: Any, kind: type, where: str) -> Any:

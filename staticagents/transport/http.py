@@ -4,13 +4,17 @@ The reply routes are the service's hot path, so they are plain ASGI apps rather
 than Channels consumers: one handler object per request, no channel, no task
 per message. A handler admits the request on its headers (the API key when keys
 are configured, no content coding, a declared length within the limit), reads
-the body (with the same limit), and then runs the dialect's ``respond`` while a
-small watcher task listens for the client leaving:
+the body (with the same limit), and then runs the dialect's ``respond``. A small
+watcher task listens for the client leaving once there is time for it to:
 
-* while the answer is worked out (``answering``), the work finishes and its
-  journal entry is then marked cancelled;
-* after that (a stream being paced out), the handler stops at once and the
-  entry is marked cancelled.
+* while the answer is worked out (``answering``) for longer than
+  ``WATCH_AFTER_SECONDS``, the work finishes and its journal entry is then
+  marked cancelled;
+* while a stream is paced out, the handler stops at once and the entry is
+  marked cancelled.
+
+A JSON reply answered within that moment is sent straight away, unwatched: a
+watcher per request would cost the hot path more than all its matching.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ SSE_HEADERS = [
 
 # What a handler is doing when the client leaves (see the module doc).
 READING, ANSWERING, RESPONDING, DONE = range(4)
+# How long an answer may take before a watcher listens for the client leaving.
+WATCH_AFTER_SECONDS = 0.01
 
 
 class RequestRejected(Exception):
@@ -88,6 +94,9 @@ class ReplyRoute:
         self.phase = READING
         self.client_left = False
         self._headers: dict[str, str] | None = None
+        self._receive: Receive | None = None
+        self._main: asyncio.Task[Any] | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
     def as_asgi(cls) -> Any:
@@ -145,10 +154,7 @@ class ReplyRoute:
         if body is None:
             return  # refused, or the client left before its body arrived
         await turnstile().admit()
-        main = asyncio.current_task()
-        assert main is not None
-        # The watcher ends by itself: the server reports a disconnect once the response is done.
-        asyncio.get_running_loop().create_task(self._watch(receive, main))
+        self._receive, self._main = receive, asyncio.current_task()
         try:
             await self.respond(body)
         except RequestRejected as rejection:
@@ -182,6 +188,12 @@ class ReplyRoute:
             if not message.get("more_body"):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def watch(self) -> None:
+        """Start listening for the client leaving (once; it ends with the response)."""
+        if self._watcher is None and self._receive is not None and self._main is not None:
+            loop = asyncio.get_running_loop()
+            self._watcher = loop.create_task(self._watch(self._receive, self._main))
+
     async def _watch(self, receive: Receive, main: asyncio.Task[Any]) -> None:
         """Wait for the client to leave, and act on what the handler was doing then.
 
@@ -207,7 +219,11 @@ class ReplyRoute:
         handler stops.
         """
         self.phase = ANSWERING
-        result = await work
+        later = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self.watch)
+        try:
+            result = await work
+        finally:
+            later.cancel()
         self.entry_id = entry_of(result)
         if self.client_left:
             await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
@@ -246,6 +262,7 @@ class ReplyRoute:
         await self._send({"type": "http.response.body", "body": body})
 
     async def start_sse(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self.watch()  # a stream lasts: a client that leaves it stops it
         self.headers_sent = True
         await self._send(
             {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
