@@ -193,7 +193,12 @@ def _call_id(salt: str, index: int, name: str) -> str:
     return f"call_{digest}"
 
 
+_UNTIMED = Timing()
+
+
 def _timing(spec: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -> Timing:
+    if not spec and not default:
+        return _UNTIMED  # most replies: nothing to merge
     merged = {**(default or {}), **(spec or {})}
     return Timing(
         first_delay_ms=int(merged.get("first_delay_ms", 0)),
