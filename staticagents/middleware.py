@@ -23,6 +23,7 @@ import orjson
 from django.conf import settings
 
 from staticagents.api.fallback import error_body
+from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM
 
 Scope = MutableMapping[str, Any]
@@ -57,7 +58,7 @@ def too_large_message(limit: int) -> str:
 
 def declared_length(headers: dict[str, str]) -> int | None:
     value = headers.get("content-length", "").strip()
-    return int(value) if value.isdigit() else None
+    return int(value) if is_ascii_number(value) else None
 
 
 class PathGuard:

@@ -479,6 +479,10 @@ BAD_REQUESTS = [
     ("GET", "/api/chat/exchange/%FF%FE/messages", "galaxy", 400),
     ("DELETE", "/api/chat/exchange/0", "galaxy", 400),
     ("GET", "/api/chat/history?limit=%FF", "galaxy", 400),
+    # digits that str.isdigit() accepts and int() does not (superscript one)
+    ("PUT", "/api/chat/exchange/%C2%B9/feedback", "galaxy", 400),
+    ("GET", "/api/chat/exchange/%C2%B9/messages", "galaxy", 400),
+    ("GET", "/api/chat/history?limit=%C2%B9", "galaxy", 400),
     ("GET", "/control/journal?dialect=klingon", "control", 400),
     ("GET", "/control/journal?fallback=perhaps", "control", 400),
     ("GET", "/control/journal?cursor=not-a-cursor", "control", 404),

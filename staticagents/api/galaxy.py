@@ -26,6 +26,7 @@ from staticagents import access, chat_exchanges
 from staticagents.answering import Answer, answer_inquiry
 from staticagents.chat_exchanges import ExchangeNotFound
 from staticagents.core.inquiry import Inquiry
+from staticagents.core.numbers import is_ascii_number
 from staticagents.dialects import galaxy
 from staticagents.dialects.galaxy import GalaxyRequestInvalid
 from staticagents.selectors import active_ruleset
@@ -198,7 +199,7 @@ class ChatHistoryView(GalaxyView):
 def history_limit(value: str | None) -> int:
     if value is None or value == "":
         return 50
-    if not value.isdigit() or int(value) < 1:
+    if not is_ascii_number(value) or int(value) < 1:
         raise GalaxyRequestInvalid(
             f"Invalid value for 'limit': {value!r} is not a positive integer"
         )

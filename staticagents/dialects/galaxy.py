@@ -22,6 +22,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from staticagents.core.inquiry import Inquiry, session_key
+from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Reply, ReplyError
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import plan_stream
@@ -177,7 +178,7 @@ def parse_exchange_id(value: Any, where: str = "exchange_id") -> int:
     """An exchange id: an integer, or a string of digits (ids travel as either)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
+    if isinstance(value, str) and is_ascii_number(value.strip()) and int(value) > 0:
         return int(value)
     raise GalaxyRequestInvalid(f"Invalid value for '{where}': {value!r} is not an exchange id")
 

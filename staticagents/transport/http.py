@@ -30,6 +30,7 @@ from django.conf import settings
 
 from staticagents import access
 from staticagents.answering import mark_cancelled
+from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.transport.turns import turnstile
 
@@ -134,7 +135,7 @@ class ReplyRoute:
             message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
             return RequestRejected(415, message)
         length = headers.get("content-length", "").strip()
-        if length.isdigit() and int(length) > settings.STATIC_AGENTS_MAX_BODY_BYTES:
+        if is_ascii_number(length) and int(length) > settings.STATIC_AGENTS_MAX_BODY_BYTES:
             return self.too_large()
         return None
 
