@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -22,6 +21,7 @@ from staticagents.batching import insert_entries, prune_hooks, reply_store
 from staticagents.core.inquiry import Inquiry, mask_headers
 from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
+from staticagents.core.values import value_class
 from staticagents.models import JournalEntry, SessionCounter
 from staticagents.selectors import active_ruleset, current_ruleset
 from staticagents.services import prune_journal
@@ -34,7 +34,7 @@ _unpruned = 0
 _prune_lock = threading.Lock()
 
 
-@dataclass(frozen=True)
+@value_class
 class Answer:
     reply: Reply
     entry_id: int | None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from staticagents.core.values import value_class
 
 DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket")
 GLOBAL_SESSION = "global"
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Inquiry:
     """What an agent asked, whatever wire format it arrived in."""
 

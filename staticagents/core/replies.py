@@ -10,6 +10,7 @@ from typing import Any
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import CompiledRule, Ruleset
+from staticagents.core.values import value_class
 
 DEFAULT_CONFIDENCE = "medium"
 FAIL_FIRST_ERROR = {"status": 503, "type": "overloaded", "message": "Scripted transient failure"}
@@ -47,7 +48,7 @@ class Usage:
     output_tokens: int
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Reply:
     """What to answer, before any wire format is chosen."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from staticagents.core.replies import Reply, Timing
+from staticagents.core.values import value_class
 
 _WORD = re.compile(r"\S+\s*|\s+")
 
@@ -37,7 +37,7 @@ def schedule(count: int, timing: Timing) -> Iterator[float]:
         yield first + index * step
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Piece:
     """One timed chunk of a streamed reply: ``at`` seconds after the stream starts."""
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from staticagents.core.inquiry import Inquiry
+from staticagents.core.values import value_class
 
 DEFAULT_AGENT_TYPE = "router"  # Galaxy's default agent, and the Inquiry's
 DEFAULT_MODEL = "static-agents"  # listed by GET /v1/models next to one model per agent type
@@ -31,7 +31,7 @@ class InvalidRequest(Exception):
         self.message = str(self)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Conversation:
     """What an LLM-dialect request body says about the inquiry."""
 
@@ -147,7 +147,7 @@ def joined(texts: Sequence[str], separator: str = "\n") -> str:
 # -- rendering ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Envelope:
     """The identity of one response: its id, creation time and the model it names."""
 
@@ -156,7 +156,7 @@ class Envelope:
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class StreamEvent:
     """One server-sent event, due ``at`` seconds after the stream starts.
 
