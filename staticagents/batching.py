@@ -219,10 +219,18 @@ def insert_entries(entries: list[dict[str, Any]]) -> list[int]:
     return ids
 
 
+INSERT_BATCH = 200  # rows per statement: well under every backend's parameter limit
+
+
 def insert_statements(
-    db: BaseDatabaseWrapper, entries: list[dict[str, Any]], placeholder: str, batch: int = 200
+    db: BaseDatabaseWrapper,
+    entries: list[dict[str, Any]],
+    placeholder: str,
+    batch: int = INSERT_BATCH,
+    returning: bool = True,
 ) -> Iterator[tuple[str, list[Any]]]:
-    """Multi-row ``INSERT ... RETURNING id`` statements for ``entries``, with their values.
+    """Multi-row ``INSERT`` statements for ``entries`` (``RETURNING id`` unless told not to),
+    with their values.
 
     An absent field takes its default; ``created_at`` (``auto_now_add``) takes
     the time of the insert, read once for the statement.
@@ -241,7 +249,7 @@ def insert_statements(
                 elif adapt is not None:
                     value = adapt(db, value)
                 append(value)
-        yield _insert_sql(db, placeholder, len(chunk)), values
+        yield _insert_sql(db, placeholder, len(chunk), returning), values
 
 
 Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
@@ -272,12 +280,12 @@ def _journal_fields() -> list[Field[Any, Any]]:
     return [f for f in JournalEntry._meta.concrete_fields if not f.primary_key]
 
 
-# The statement for each (vendor, placeholder, row count); a batch has at most 200 rows.
-_insert_sqls: dict[tuple[str, str, int], str] = {}
+# The statement for each (vendor, placeholder, row count, returning); a batch has at most 200 rows.
+_insert_sqls: dict[tuple[str, str, int, bool], str] = {}
 
 
-def _insert_sql(db: BaseDatabaseWrapper, placeholder: str, rows: int) -> str:
-    key = (db.vendor, placeholder, rows)
+def _insert_sql(db: BaseDatabaseWrapper, placeholder: str, rows: int, returning: bool) -> str:
+    key = (db.vendor, placeholder, rows, returning)
     sql = _insert_sqls.get(key)
     if sql is None:
         table = db.ops.quote_name(JournalEntry._meta.db_table)
@@ -285,7 +293,8 @@ def _insert_sql(db: BaseDatabaseWrapper, placeholder: str, rows: int) -> str:
         names = ", ".join(db.ops.quote_name(f.column) for f in fields)
         row = "(" + ", ".join([placeholder] * len(fields)) + ")"
         values = ", ".join([row] * rows)
-        sql = _insert_sqls[key] = f"INSERT INTO {table} ({names}) VALUES {values} RETURNING id"
+        sql = f"INSERT INTO {table} ({names}) VALUES {values}"
+        sql = _insert_sqls[key] = sql + " RETURNING id" if returning else sql
     return sql
 
 
@@ -381,8 +390,16 @@ class LoopJournal:
         batch = self._take()
         try:
             ids: list[int] = []
-            for sql, values in insert_statements(self.db, [entry for entry, _ in batch], "?"):
-                ids.extend(int(r[0]) for r in self.connection.execute(sql, values).fetchall())
+            entries = [entry for entry, _ in batch]
+            for start in range(0, len(entries), INSERT_BATCH):
+                rows = entries[start : start + INSERT_BATCH]
+                [(sql, values)] = insert_statements(self.db, rows, "?", returning=False)
+                # Under the write lock, one statement's rows take consecutive ids
+                # (AUTOINCREMENT: each is the largest id so far plus one), so the
+                # last id names them all, which is cheaper than RETURNING them.
+                last = self.connection.execute(sql, values).lastrowid
+                assert last is not None
+                ids.extend(range(last - len(rows) + 1, last + 1))
             self.connection.execute("COMMIT")
         except Exception as exc:
             if self.connection.in_transaction:

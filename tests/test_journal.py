@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from typing import Any
 
@@ -186,6 +187,24 @@ def test_a_client_that_leaves_a_stream_is_recorded_as_cancelled(
         time.sleep(0.05)
     counters = control.get("/counters", params={"session": "leaver"}).json()
     assert (counters["requests"], counters["cancelled"]) == (1, 1)
+
+
+def test_each_response_id_names_its_own_entry_when_many_share_a_commit(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    """Concurrent requests are journaled by the same group commits; every id still fits."""
+    load_rules(RULES)
+
+    def ask_openai(n: int) -> tuple[str, str]:
+        body = {"model": "m", "messages": [{"role": "user", "content": f"hello {n}"}]}
+        response = httpx.post(f"{live_url}/v1/chat/completions", json=body, timeout=30)
+        return f"hello {n}", response.json()["id"].removeprefix("chatcmpl-static")
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answered = list(pool.map(ask_openai, range(200)))
+    entries = {e["id"]: e["query"] for e in journal(control, page_size=500)["results"]}
+    assert len(entries) >= 200
+    assert all(entries[int(entry_id)] == query for query, entry_id in answered)
 
 
 # -- the reply path, without HTTP -----------------------------------------------------------

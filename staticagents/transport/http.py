@@ -33,6 +33,7 @@ from staticagents.answering import mark_cancelled
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.transport.turns import turnstile
+from staticagents.transport.watchlist import watchlist
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -220,11 +221,12 @@ class ReplyRoute:
         handler stops.
         """
         self.phase = ANSWERING
-        later = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self.watch)
+        answers = watchlist(WATCH_AFTER_SECONDS)
+        answers.add(self, self.watch)
         try:
             result = await work
         finally:
-            later.cancel()
+            answers.discard(self)
         self.entry_id = entry_of(result)
         if self.client_left:
             await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
