@@ -42,20 +42,18 @@ class CompiledRule:
     sequence: bool
     on_exhausted: str
     gate: Gate | None = None  # a literal the query must contain for this rule to match
+    # Decided once, when the rule is compiled (read on every answer):
+    # whether the reply depends on the session's position in this rule's script
+    # (a one-reply script that fails when exhausted counts: its second match must fail),
+    sequenced: bool = field(init=False)
+    # and whether answering needs per-session counters from the database.
+    stateful: bool = field(init=False)
 
-    @property
-    def sequenced(self) -> bool:
-        """Whether the reply depends on the session's position in this rule's script.
-
-        A one-reply script that fails when exhausted still counts: its second
-        match must fail.
-        """
-        return self.sequence and (len(self.responses) > 1 or self.on_exhausted == "error")
-
-    @property
-    def stateful(self) -> bool:
-        """Whether answering needs per-session counters from the database."""
-        return self.sequenced or any(r.get("fail_first") for r in self.responses)
+    def __post_init__(self) -> None:
+        sequenced = self.sequence and (len(self.responses) > 1 or self.on_exhausted == "error")
+        stateful = sequenced or any(r.get("fail_first") for r in self.responses)
+        object.__setattr__(self, "sequenced", sequenced)
+        object.__setattr__(self, "stateful", stateful)
 
     def matches(self, inquiry: Inquiry) -> bool:
         return all(p.holds(inquiry) for p in self.predicates)

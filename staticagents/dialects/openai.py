@@ -36,6 +36,7 @@ from staticagents.dialects.llm import (
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 SYSTEM_ROLES = ("system", "developer")
 TOOL_ROLES = ("tool", "function")  # "function" is the deprecated form of a tool result
+PLAIN_ROLES = ("user", "system", "developer", "assistant")  # no field but role and content
 # Our finish reasons are OpenAI's own words.
 FINISH_REASONS = {
     "stop": "stop",
@@ -57,16 +58,22 @@ def parse_chat_request(payload: Mapping[str, Any]) -> Conversation:
     messages = objects(required(payload, "messages", list), "messages")
     if not messages:
         raise InvalidRequest("messages", "must contain at least one message")
-    turns = [_read_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
+    turns = [_read_message(message, index) for index, message in enumerate(messages)]
     stream = bool(optional(payload, "stream", bool))
     options = optional(payload, "stream_options", dict) or {}
     include_usage = bool(optional(options, "include_usage", bool, "stream_options."))
-    system = joined([text for role, text in turns if role in SYSTEM_ROLES])
+    query, turn, instructions = "", 0, []
+    for role, text in turns:
+        if role == "user":
+            query, turn = text, turn + 1  # the query is the last user message
+        elif role in SYSTEM_ROLES:
+            instructions.append(text)
+    system = joined(instructions)
     return Conversation(
         model=model,
-        query=next((text for role, text in reversed(turns) if role == "user"), ""),
+        query=query,
         system=system,
-        turn=sum(1 for role, _ in turns if role == "user"),
+        turn=turn,
         tool_result=_trailing_tool_results(turns),
         context=inquiry_context(
             system=system,
@@ -79,8 +86,15 @@ def parse_chat_request(payload: Mapping[str, Any]) -> Conversation:
     )
 
 
-def _read_message(message: Mapping[str, Any], path: str) -> tuple[str, str]:
+def _read_message(message: Mapping[str, Any], index: int) -> tuple[str, str]:
     """A message's role and its text (the text parts of its content, joined)."""
+    role, content = message.get("role"), message.get("content")
+    if type(role) is str and role in PLAIN_ROLES and type(content) is str:
+        return role, content  # most messages: nothing to check further
+    return _checked_message(message, f"messages[{index}]")
+
+
+def _checked_message(message: Mapping[str, Any], path: str) -> tuple[str, str]:
     role: str = required(message, "role", str, f"{path}.")
     if role not in ROLES:
         raise InvalidRequest(f"{path}.role", f"must be one of {', '.join(ROLES)}, not {role!r}")

@@ -155,7 +155,9 @@ class ReplyRoute:
         body = await self.read_body(receive)
         if body is None:
             return  # refused, or the client left before its body arrived
-        await turnstile().admit()
+        waiting = turnstile().ticket()
+        if waiting is not None:
+            await waiting
         self._receive, self._main = receive, asyncio.current_task()
         try:
             await self.respond(body)

@@ -32,13 +32,23 @@ class Turnstile:
 
     async def admit(self) -> None:
         """Return at once if this turn has room, else in a later turn, in arrival order."""
+        ticket = self.ticket()
+        if ticket is not None:
+            await ticket
+
+    def ticket(self) -> asyncio.Future[None] | None:
+        """None if this turn has room; else a future that a later turn resolves.
+
+        The reply path calls this rather than ``admit``: most requests find room,
+        and then nothing is awaited at all.
+        """
         self._schedule_turn()
         if self.admitted < self.per_turn and not self.waiting:
             self.admitted += 1
-            return
+            return None
         ticket = self.loop.create_future()
         self.waiting.append(ticket)
-        await ticket
+        return ticket
 
     def _schedule_turn(self) -> None:
         # A callback queued now runs after every task ready in this turn: the next turn.
