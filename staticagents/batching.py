@@ -32,7 +32,7 @@ import queue
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -474,20 +474,22 @@ class ReplyStore:
         journal = self._journals[loop] = self._last = LoopJournal(loop, db)
         return journal
 
-    async def stamp(self) -> str:
-        """The ruleset stamp, read after this call began."""
+    def stamp(self) -> str | Awaitable[str]:
+        """The ruleset stamp, read after this call began: the value itself when this
+        loop reads it inline (nothing to await on the hot path), else an awaitable.
+        """
         journal = self.on_loop()
         if journal is not None:
             with contextlib.suppress(sqlite3.OperationalError):  # a busy file: ask the thread
                 return journal.stamp()
-        return await self.thread.stamp()
+        return self.thread.stamp()
 
-    async def record(self, entry: dict[str, Any]) -> int:
-        """Insert the journal row ``entry``; returns its id once it is committed."""
+    def record(self, entry: dict[str, Any]) -> Awaitable[int]:
+        """Insert the journal row ``entry``; awaited, its id once it is committed."""
         journal = self.on_loop()
         if journal is not None:
-            return await journal.record(entry)
-        return await self.thread.record(entry)
+            return journal.record(entry)
+        return self.thread.record(entry)
 
 
 database_thread = DatabaseThread()

@@ -57,7 +57,9 @@ def active_ruleset() -> Ruleset:
 
 async def current_ruleset() -> Ruleset:
     """``active_ruleset`` for the event loop: the stamp read is batched with other requests'."""
-    stamp = await reply_store.stamp()
+    stamp = reply_store.stamp()
+    if not isinstance(stamp, str):
+        stamp = await stamp
     current = _snapshot
     if current is not None and current.stamp == stamp:
         return current
