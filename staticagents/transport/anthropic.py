@@ -17,7 +17,6 @@ from staticagents.transport.http import RequestRejected, sse_frame
 from staticagents.transport.llm import (
     AGENT_PREFIX,
     ModelReplyRoute,
-    request_id_headers,
     retry_headers,
 )
 
@@ -25,6 +24,7 @@ from staticagents.transport.llm import (
 class MessagesRoute(ModelReplyRoute):
     dialect = "anthropic"
     id_prefix = "msg_"
+    request_id_header = b"request-id"
     key_sources = access.ANTHROPIC  # x-api-key, as the SDK sends it (or Bearer)
 
     async def respond(self, body: bytes) -> None:
@@ -32,7 +32,7 @@ class MessagesRoute(ModelReplyRoute):
         conversation = self.parse(anthropic.parse_messages_request, body)
         answer = await self.answer(conversation, body)
         reply, envelope = answer.reply, self.envelope(answer, conversation.model)
-        headers = request_id_headers(envelope)
+        headers = self.request_id_headers(envelope)
         if reply.error is not None:
             headers += retry_headers(reply.retry_after)
             error = anthropic.scripted_error_body(reply.error)

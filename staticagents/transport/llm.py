@@ -36,6 +36,7 @@ class ModelReplyRoute(ReplyRoute):
 
     dialect = ""
     id_prefix = ""
+    request_id_header = b"x-request-id"  # where the dialect's SDK reads the request id
 
     def require_method(self, method: str) -> None:
         actual = self.scope.get("method", "")
@@ -61,6 +62,10 @@ class ModelReplyRoute(ReplyRoute):
             body=body,
         )
         return await self.answering(work, lambda answer: answer.entry_id)
+
+    def request_id_headers(self, envelope: Envelope) -> list[tuple[bytes, bytes]]:
+        """The response id, where the dialect's SDK looks for a request id."""
+        return [(self.request_id_header, envelope.id.encode())]
 
     def envelope(self, answer: Answer, model: str) -> Envelope:
         """The response's identity; the id names the journal entry, to find it again."""
@@ -114,9 +119,3 @@ def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:
         (b"retry-after", str(math.ceil(retry_after)).encode()),
         (b"retry-after-ms", str(round(retry_after * 1000)).encode()),
     ]
-
-
-def request_id_headers(envelope: Envelope) -> list[tuple[bytes, bytes]]:
-    """The response id where each SDK looks for a request id (x-request-id, request-id)."""
-    value = envelope.id.encode()
-    return [(b"x-request-id", value), (b"request-id", value)]

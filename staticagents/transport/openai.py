@@ -18,7 +18,6 @@ from staticagents.transport.http import RequestRejected, sse
 from staticagents.transport.llm import (
     AGENT_PREFIX,
     ModelReplyRoute,
-    request_id_headers,
     retry_headers,
 )
 
@@ -32,7 +31,7 @@ class ChatCompletionsRoute(ModelReplyRoute):
         conversation = self.parse(openai.parse_chat_request, body)
         answer = await self.answer(conversation, body)
         reply, envelope = answer.reply, self.envelope(answer, conversation.model)
-        headers = request_id_headers(envelope)
+        headers = self.request_id_headers(envelope)
         if reply.error is not None:
             headers += retry_headers(reply.retry_after)
             await self.send_json(
