@@ -106,57 +106,44 @@ def measure(server: Server, path: str, body: Path, seconds: int, connections: in
         return wrk(server.url + path, body, seconds=seconds, connections=connections)
 
 
-def run(seconds: int = 10, connections: int = 32) -> list[dict[str, Any]]:
+def run(seconds: int = 10, connections: int = 32, rounds: int = 2) -> list[dict[str, Any]]:
+    """The table. The head-to-head servers (ours, the raw app, aimock, ours without the
+    journal) take turns for ``rounds`` rounds and each keeps its best run, so a
+    slow minute of a shared machine lands on one run rather than on one server.
+    """
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as tmp:
         directory = Path(tmp)
         ours_fixture, aimock_fixture = fixtures(directory)
         openai_body, galaxy_body = request_bodies(directory)
         db = f"sqlite:///{directory / 'db.sqlite3'}"
-        results: dict[str, Load | str] = {}
         ours = serve("static-agents", database_url=db, fixture=ours_fixture)
-        results["static-agents (journal on)"] = measure(
-            ours, "/v1/chat/completions", openai_body, seconds, connections
-        )
         with ours:  # the exact bytes we answer, for the raw ASGI app
             reply = httpx.post(
                 ours.url + "/v1/chat/completions", content=openai_body.read_bytes()
             ).content
         (directory / "reply.json").write_bytes(reply)
-        raw = Server(
-            "raw-asgi",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "bench.raw_asgi:app",
-                "--port",
-                "{port}",
-                "--log-level",
-                "warning",
-                "--no-access-log",
-                "--lifespan",
-                "off",
-            ],
-            env={"BENCH_RAW_BODY_FILE": str(directory / "reply.json")},
-        )
-        results["raw ASGI app, same bytes"] = measure(
-            raw, "/v1/chat/completions", openai_body, seconds, connections
-        )
         peer = aimock(aimock_fixture)
-        results["aimock"] = (
-            peer
-            if isinstance(peer, str)
-            else measure(peer, "/v1/chat/completions", openai_body, seconds, connections)
-        )
-        quiet = serve(
-            "static-agents",
-            database_url=db,
-            fixture=ours_fixture,
-            env={"STATIC_AGENTS_JOURNAL": "off"},
-        )
-        results["static-agents (journal off)"] = measure(
-            quiet, "/v1/chat/completions", openai_body, seconds, connections
-        )
+        head_to_head: dict[str, Server | str] = {
+            "static-agents (journal on)": ours,
+            "raw ASGI app, same bytes": raw_asgi(directory / "reply.json"),
+            "aimock": peer,
+            "static-agents (journal off)": serve(
+                "static-agents",
+                database_url=db,
+                fixture=ours_fixture,
+                env={"STATIC_AGENTS_JOURNAL": "off"},
+            ),
+        }
+        results: dict[str, Load | str] = {}
+        for _ in range(rounds):
+            for name, server in head_to_head.items():
+                if isinstance(server, str):
+                    results[name] = server  # why it could not run
+                    continue
+                load = measure(server, "/v1/chat/completions", openai_body, seconds, connections)
+                best = results.get(name)
+                if not isinstance(best, Load) or faster(load, best):
+                    results[name] = load
         results["static-agents, Galaxy /api/ai/agents/query"] = measure(
             serve("static-agents", database_url=db, fixture=ours_fixture),
             "/api/ai/agents/query",
@@ -172,6 +159,31 @@ def run(seconds: int = 10, connections: int = 32) -> list[dict[str, Any]]:
             connections,
         )
     return table(results)
+
+
+def faster(load: Load, than: Load) -> bool:
+    return load.requests_per_second > than.requests_per_second
+
+
+def raw_asgi(body: Path) -> Server:
+    """The baseline: ``bench/raw_asgi.py`` under the same uvicorn, sending ``body``."""
+    return Server(
+        "raw-asgi",
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.raw_asgi:app",
+            "--port",
+            "{port}",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--lifespan",
+            "off",
+        ],
+        env={"BENCH_RAW_BODY_FILE": str(body)},
+    )
 
 
 def table(results: dict[str, Load | str]) -> list[dict[str, Any]]:

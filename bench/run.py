@@ -1,6 +1,6 @@
 """Run every benchmark and print one table per area, as ratios measured side by side.
 
-    python -m bench.run [--seconds 10] [--only replies,streams,matching,fixtures]
+    python -m bench.run [--seconds 10] [--rounds 2] [--only replies,streams,matching,fixtures]
 
 Nothing here asserts a time: the figures are for reading, and the ratios (ours
 against a raw ASGI app and against aimock, in the same run on the same
@@ -44,13 +44,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=10, help="wrk duration per server")
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="turns of the head-to-head reply servers"
+    )
     parser.add_argument("--only", default="replies,streams,matching,fixtures")
     args = parser.parse_args()
     sections: dict[str, tuple[str, Callable[[], list[dict[str, Any]]]]] = {
         "replies": (
             "Replies: POST /v1/chat/completions (wrk, 2 threads, "
-            f"{args.connections} connections, {args.seconds} s each)",
-            lambda: replies.run(args.seconds, args.connections),
+            f"{args.connections} connections, {args.seconds} s each, "
+            f"best of {args.rounds} alternating runs)",
+            lambda: replies.run(args.seconds, args.connections, args.rounds),
         ),
         "streams": (
             "Streams: 1,000 concurrent SSE streams of 50 words, 10 ms apart",
