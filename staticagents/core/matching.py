@@ -56,7 +56,11 @@ class CompiledRule:
         object.__setattr__(self, "stateful", stateful)
 
     def matches(self, inquiry: Inquiry) -> bool:
-        return all(p.holds(inquiry) for p in self.predicates)
+        # A plain loop: all() over a generator costs twice as much, on every candidate.
+        for predicate in self.predicates:  # noqa: SIM110
+            if not predicate.holds(inquiry):
+                return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)
