@@ -213,54 +213,46 @@ def insert_entries(entries: list[dict[str, Any]]) -> list[int]:
     db = connections[DEFAULT_DB_ALIAS]  # the real wrapper, not the per-attribute proxy
     ids: list[int] = []
     with db.cursor() as cursor:
-        for sql, values in insert_statements(db, entries, "%s"):
+        for sql, values, _ in insert_statements(db, entries, "%s"):
             cursor.execute(sql, values)
             ids.extend(int(r[0]) for r in cursor.fetchall())
     return ids
-
-
-INSERT_BATCH = 200  # rows per statement: well under every backend's parameter limit
 
 
 def insert_statements(
     db: BaseDatabaseWrapper,
     entries: list[dict[str, Any]],
     placeholder: str,
-    batch: int = INSERT_BATCH,
+    batch: int = 200,  # rows per statement: well under every backend's parameter limit
     returning: bool = True,
-) -> Iterator[tuple[str, list[Any]]]:
+) -> Iterator[tuple[str, list[Any], int]]:
     """Multi-row ``INSERT`` statements for ``entries`` (``RETURNING id`` unless told not to),
-    with their values.
+    each with its values and its number of rows.
 
-    An absent field takes its default; ``created_at`` (``auto_now_add``) takes
+    An absent field takes its default; an ``auto_now_add`` one (``created_at``)
     the time of the insert, read once for the statement.
     """
     columns = _journal_columns(db.vendor)
     for start in range(0, len(entries), batch):
         chunk = entries[start : start + batch]
-        now = _insert_time(db)
+        now, inserted_at = timezone.now(), None
         values: list[Any] = []
         append = values.append
         for entry in chunk:
             for name, adapt, default in columns:
                 value = entry.get(name, default)
                 if value is _NOW:
-                    value = now
+                    if inserted_at is None:
+                        inserted_at = now if adapt is None else adapt(db, now)
+                    value = inserted_at
                 elif adapt is not None:
                     value = adapt(db, value)
                 append(value)
-        yield _insert_sql(db, placeholder, len(chunk), returning), values
+        yield _insert_sql(db, placeholder, len(chunk), returning), values, len(chunk)
 
 
 Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
 _NOW = object()  # the default of an ``auto_now_add`` column: the time of the insert
-_CREATED_AT = JournalEntry._meta.get_field("created_at")
-
-
-def _insert_time(db: BaseDatabaseWrapper) -> Any:
-    adapt = _adapter(_CREATED_AT, db.vendor)
-    now = timezone.now()
-    return now if adapt is None else adapt(db, now)
 
 
 @functools.cache
@@ -391,15 +383,13 @@ class LoopJournal:
         try:
             ids: list[int] = []
             entries = [entry for entry, _ in batch]
-            for start in range(0, len(entries), INSERT_BATCH):
-                rows = entries[start : start + INSERT_BATCH]
-                [(sql, values)] = insert_statements(self.db, rows, "?", returning=False)
+            for sql, values, rows in insert_statements(self.db, entries, "?", returning=False):
                 # Under the write lock, one statement's rows take consecutive ids
                 # (AUTOINCREMENT: each is the largest id so far plus one), so the
                 # last id names them all, which is cheaper than RETURNING them.
                 last = self.connection.execute(sql, values).lastrowid
                 assert last is not None
-                ids.extend(range(last - len(rows) + 1, last + 1))
+                ids.extend(range(last - rows + 1, last + 1))
             self.connection.execute("COMMIT")
         except Exception as exc:
             if self.connection.in_transaction:

@@ -7,6 +7,13 @@ import asyncio
 from staticagents.transport.turns import Turnstile
 
 
+async def admit(turnstile: Turnstile) -> None:
+    """As the reply path does: wait only when the turnstile hands back a ticket."""
+    ticket = turnstile.ticket()
+    if ticket is not None:
+        await ticket
+
+
 async def burst(turnstile: Turnstile, requests: int) -> tuple[list[int], list[int]]:
     """Start ``requests`` at once; the order they were admitted in, and the turn of each."""
     loop = asyncio.get_running_loop()
@@ -21,7 +28,7 @@ async def burst(turnstile: Turnstile, requests: int) -> tuple[list[int], list[in
     turns: list[int] = []
 
     async def request(number: int) -> None:
-        await turnstile.admit()
+        await admit(turnstile)
         order.append(number)
         turns.append(turn)
 
@@ -42,7 +49,7 @@ async def test_a_request_cancelled_while_waiting_gives_up_its_place() -> None:
     admitted: list[str] = []
 
     async def request(name: str) -> None:
-        await turnstile.admit()
+        await admit(turnstile)
         admitted.append(name)
         if name == "first":
             waiting["gone"].cancel()  # leaves while queued behind "first"

@@ -8,7 +8,7 @@ the body (with the same limit), and then runs the dialect's ``respond``. A small
 watcher task listens for the client leaving once there is time for it to:
 
 * while the answer is worked out (``answering``) for longer than
-  ``WATCH_AFTER_SECONDS``, the work finishes and its journal entry is then
+  ``watchlist.WATCH_AFTER_SECONDS``, the work finishes and its journal entry is then
   marked cancelled;
 * while a stream is paced out, the handler stops at once and the entry is
   marked cancelled.
@@ -52,8 +52,6 @@ SSE_HEADERS = [
 
 # What a handler is doing when the client leaves (see the module doc).
 READING, ANSWERING, RESPONDING, DONE = range(4)
-# How long an answer may take before a watcher listens for the client leaving.
-WATCH_AFTER_SECONDS = 0.01
 
 
 class RequestRejected(Exception):
@@ -223,7 +221,7 @@ class ReplyRoute:
         handler stops.
         """
         self.phase = ANSWERING
-        answers = watchlist(WATCH_AFTER_SECONDS)
+        answers = watchlist()
         answers.add(self, self.watch)
         try:
             result = await work

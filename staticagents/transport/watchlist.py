@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from weakref import WeakKeyDictionary
+
+from staticagents.transport.loop_local import LoopLocal
+
+# How long an answer may take before a watcher listens for its client leaving.
+WATCH_AFTER_SECONDS = 0.01
 
 
 class Watchlist:
     """The handlers answering on one loop; ``start`` is called for any that takes long."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, after: float) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, after: float = WATCH_AFTER_SECONDS) -> None:
         self.loop = loop
         self.after = after
         self.answering: dict[object, tuple[float, Callable[[], None]]] = {}
@@ -41,13 +45,9 @@ class Watchlist:
         self.timer = self.loop.call_later(self.after, self._check) if self.answering else None
 
 
-_watchlists: WeakKeyDictionary[asyncio.AbstractEventLoop, Watchlist] = WeakKeyDictionary()
+_watchlists = LoopLocal(Watchlist)
 
 
-def watchlist(after: float) -> Watchlist:
+def watchlist() -> Watchlist:
     """The running loop's watchlist."""
-    loop = asyncio.get_running_loop()
-    found = _watchlists.get(loop)
-    if found is None:
-        found = _watchlists[loop] = Watchlist(loop, after)
-    return found
+    return _watchlists.get()
