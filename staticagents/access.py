@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from django.conf import settings
+from staticagents.conf import hot
 
 MISSING = "missing"
 INVALID = "invalid"
@@ -55,8 +55,8 @@ class Refusal:
 
 
 def configured_keys() -> tuple[str, ...]:
-    """The accepted keys; empty means the reply routes are open (read per request, not cached)."""
-    return tuple(key for key in settings.STATIC_AGENTS_API_KEYS if key)
+    """The accepted keys; empty means the reply routes are open (read per request)."""
+    return tuple(key for key in hot.STATIC_AGENTS_API_KEYS if key)
 
 
 def check_key(
@@ -66,6 +66,8 @@ def check_key(
 
     ``headers`` are lower-cased names; ``query_string`` is the raw query.
     """
+    if not hot.STATIC_AGENTS_API_KEYS:
+        return None  # open: the common case, decided without building anything
     keys = configured_keys()
     if not keys:
         return None

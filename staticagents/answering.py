@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 
 from staticagents.batching import insert_entries, prune_hooks, reply_store
+from staticagents.conf import hot
 from staticagents.core.inquiry import Inquiry, mask_headers
 from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
@@ -47,7 +48,7 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     rule = match_inquiry(ruleset, inquiry)
     step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
     reply = build_reply(ruleset, inquiry, rule, step)
-    if not settings.STATIC_AGENTS_JOURNAL:
+    if not hot.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
     [entry_id] = insert_entries([entry])
@@ -75,7 +76,7 @@ async def aanswer_inquiry(
     else:
         step = Step()
     reply = build_reply(ruleset, inquiry, rule, step)
-    if not settings.STATIC_AGENTS_JOURNAL:
+    if not hot.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
     return Answer(reply, await reply_store.record(entry))
@@ -184,7 +185,7 @@ def prune_due(written: int) -> bool:
     global _unpruned
     with _prune_lock:
         _unpruned += written
-        if _unpruned < prune_interval(settings.STATIC_AGENTS_JOURNAL_MAX):
+        if _unpruned < prune_interval(hot.STATIC_AGENTS_JOURNAL_MAX):
             return False
         _unpruned = 0
         return True

@@ -30,6 +30,7 @@ from django.conf import settings
 
 from staticagents import access
 from staticagents.answering import mark_cancelled
+from staticagents.conf import hot
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.transport.turns import turnstile
@@ -134,12 +135,12 @@ class ReplyRoute:
             message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
             return RequestRejected(415, message)
         length = headers.get("content-length", "").strip()
-        if is_ascii_number(length) and int(length) > settings.STATIC_AGENTS_MAX_BODY_BYTES:
+        if is_ascii_number(length) and int(length) > hot.STATIC_AGENTS_MAX_BODY_BYTES:
             return self.too_large()
         return None
 
     def too_large(self) -> RequestRejected:
-        limit = settings.STATIC_AGENTS_MAX_BODY_BYTES
+        limit = hot.STATIC_AGENTS_MAX_BODY_BYTES
         message = f"request body exceeds {limit} bytes (STATIC_AGENTS_MAX_BODY_BYTES)"
         return RequestRejected(413, message, "request_too_large")
 
@@ -175,7 +176,7 @@ class ReplyRoute:
     async def read_body(self, receive: Receive) -> bytes | None:
         """The whole request body, or None when it was refused or the client left."""
         chunks: list[bytes] = []
-        size, limit = 0, settings.STATIC_AGENTS_MAX_BODY_BYTES
+        size, limit = 0, hot.STATIC_AGENTS_MAX_BODY_BYTES
         while True:
             message = await receive()
             if message["type"] != "http.request":

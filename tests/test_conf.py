@@ -1,0 +1,46 @@
+"""The reply path's copies of its settings follow every change Django announces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from django.conf import settings as django_settings
+from django.test import override_settings
+
+from staticagents.conf import hot
+from staticagents.models import JournalEntry
+
+RULES = {"rules": [{"name": "hi", "match": {"contains": "hi"}, "response": {"content": "Hello"}}]}
+
+
+def chat(text: str) -> dict[str, Any]:
+    return {"model": "static", "messages": [{"role": "user", "content": text}]}
+
+
+def test_a_copy_follows_override_settings_in_and_out() -> None:
+    limit = django_settings.STATIC_AGENTS_MAX_BODY_BYTES
+    assert hot.STATIC_AGENTS_MAX_BODY_BYTES == limit != 123
+    with override_settings(STATIC_AGENTS_MAX_BODY_BYTES=123):
+        assert hot.STATIC_AGENTS_MAX_BODY_BYTES == 123
+    assert limit == hot.STATIC_AGENTS_MAX_BODY_BYTES  # the setting as it was
+
+
+def test_settings_changed_between_requests_apply_to_the_next_one(
+    live_url: str, load_rules: Callable[[Any], Any], settings: Any
+) -> None:
+    load_rules(RULES)
+    with httpx.Client(base_url=live_url) as http:
+        assert http.post("/v1/chat/completions", json=chat("hi")).status_code == 200
+        assert JournalEntry.objects.count() == 1
+
+        settings.STATIC_AGENTS_JOURNAL = False
+        assert http.post("/v1/chat/completions", json=chat("hi")).status_code == 200
+        assert JournalEntry.objects.count() == 1  # not journaled
+
+        settings.STATIC_AGENTS_MAX_BODY_BYTES = 20
+        assert http.post("/v1/chat/completions", json=chat("hi")).status_code == 413
+
+        settings.STATIC_AGENTS_API_KEYS = ["sk-test"]
+        assert http.post("/v1/chat/completions", json=chat("hi")).status_code == 401
