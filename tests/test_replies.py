@@ -160,3 +160,43 @@ def test_stream_plan_sends_thinking_first_on_an_absolute_schedule() -> None:
         ("text", "b"),
     ]
     assert [round(p.at, 3) for p in plan] == [0.1, 0.11, 0.12, 0.13]
+
+
+def test_one_snapshot_answers_each_inquiry_with_its_own_agent_type_usage_and_template() -> None:
+    # The snapshot renders each response once; what depends on the inquiry must not stick.
+    rules = compile_ruleset(
+        stamp="t",
+        rules=[
+            {"name": "plain", "match": {"contains": "plain"}, "response": {"content": "two words"}},
+            {
+                "name": "echo",
+                "match": {"contains": "echo"},
+                "response": {"content": "you said $query", "template": True},
+            },
+            {
+                "name": "typed",
+                "match": {"contains": "typed"},
+                "response": {"content": "x", "agent_type": "fixed", "usage": {"input_tokens": 7}},
+            },
+        ],
+        defaults=None,
+        fallback={"content": "no rule for that"},
+    )
+
+    def answer(query: str, agent_type: str) -> Any:
+        inquiry = Inquiry(query, agent_type=agent_type)
+        return build_reply(rules, inquiry, match_inquiry(rules, inquiry))
+
+    first, second = answer("plain", "router"), answer("plain and more words", "custom")
+    assert (first.agent_type, second.agent_type) == ("router", "custom")
+    assert (first.usage.input_tokens, second.usage.input_tokens) == (1, 4)
+    assert first.usage.output_tokens == second.usage.output_tokens == 2
+    assert answer("echo one", "router").content == "you said echo one"
+    echoed = answer("echo two three", "router")
+    assert echoed.content == "you said echo two three"
+    assert echoed.usage.output_tokens == 5
+    typed = answer("typed", "router")
+    assert typed.agent_type == "fixed" and typed.usage.input_tokens == 7
+    assert answer("nothing", "a").agent_type == "a"
+    assert answer("nothing at all", "b").agent_type == "b"
+    assert answer("nothing at all", "b").usage.input_tokens == 3

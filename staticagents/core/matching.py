@@ -108,6 +108,8 @@ class Ruleset:
     folded_literals: Any = None  # the same for case-insensitive literals, over query.lower()
     folded_gated: frozenset[int] = frozenset()
     by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
+    # What the replies module renders of a response once per snapshot (``core.replies``).
+    rendered: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
         """The rules that may answer, in order: other types' rules and rules whose

@@ -90,7 +90,7 @@ def build_reply(
     ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step = Step()
 ) -> Reply:
     if rule is None:
-        return render_response(ruleset, inquiry, ruleset.fallback or {}, rule_name=None)
+        return _from_snapshot(ruleset, inquiry, ruleset.fallback or {}, None, 0)
     response = select_response(rule, step)
     if response is None:
         message = EXHAUSTED_ERROR["message"].format(rule=rule.name)  # type: ignore[attr-defined]
@@ -105,33 +105,86 @@ def build_reply(
     if response.get("fail_first"):
         # The failures are over: this attempt answers normally.
         response = {k: v for k, v in response.items() if k not in ("error", "retry_after")}
-    return render_response(
-        ruleset, inquiry, response, rule_name=rule.name, call_salt=f"{rule.name}.{step.index}"
+    if step.index >= len(rule.responses):
+        # Past the end of the script (its last reply repeats): the tool-call ids
+        # differ at every position, so there is nothing worth remembering.
+        salt = f"{rule.name}.{step.index}"
+        return render_response(ruleset, inquiry, response, rule_name=rule.name, call_salt=salt)
+    return _from_snapshot(ruleset, inquiry, response, rule, step.index)
+
+
+def _from_snapshot(
+    ruleset: Ruleset,
+    inquiry: Inquiry,
+    response: Mapping[str, Any],
+    rule: CompiledRule | None,  # None: the fallback
+    index: int,
+) -> Reply:
+    """``render_response`` of the response at ``index`` of ``rule``'s script: the
+    snapshot renders what does not depend on the inquiry once (``Ruleset.rendered``),
+    so a request only adds its agent type, its usage and a template's substitution.
+    """
+    key = (rule.position, index) if rule is not None else None
+    rendered: Reply | None = ruleset.rendered.get(key)
+    if rendered is None:
+        name = rule.name if rule is not None else None
+        salt = f"{name}.{index}" if rule is not None else ""
+        rendered = render_response(ruleset, None, response, rule_name=name, call_salt=salt)
+        ruleset.rendered[key] = rendered
+    content = rendered.content
+    if response.get("template"):
+        content = _substitute(content, inquiry)
+        usage = _usage(response.get("usage"), inquiry, content)
+    elif "usage" in response:
+        usage = _usage(response["usage"], inquiry, content)
+    else:  # the content's own count is the snapshot's
+        asked = count_tokens(inquiry.system) + count_tokens(inquiry.query)
+        usage = Usage(asked, rendered.usage.output_tokens)
+    return Reply(
+        content=content,
+        confidence=rendered.confidence,
+        agent_type=rendered.agent_type if "agent_type" in response else inquiry.agent_type,
+        suggestions=rendered.suggestions,
+        metadata=rendered.metadata,
+        reasoning=rendered.reasoning,
+        thinking=rendered.thinking,
+        tool_calls=rendered.tool_calls,
+        finish_reason=rendered.finish_reason,
+        error=rendered.error,
+        retry_after=rendered.retry_after,
+        timing=rendered.timing,
+        usage=usage,
+        rule=rendered.rule,
+        outcome=rendered.outcome,
     )
 
 
 def render_response(
     ruleset: Ruleset,
-    inquiry: Inquiry,
+    inquiry: Inquiry | None,
     response: Mapping[str, Any],
     *,
     rule_name: str | None,
     call_salt: str = "",
 ) -> Reply:
-    """Galaxy's rendering rules plus the scripting fields (DESIGN 2.2)."""
+    """Galaxy's rendering rules plus the scripting fields (DESIGN 2.2).
+
+    Without an inquiry, only what does not depend on one: the agent type only
+    if the response names it, a template unfilled, the usage of the content alone.
+    """
     fallback = ruleset.fallback or {}
     defaults = ruleset.defaults
     error = _error(response.get("error"))
     tool_calls = _tool_calls(response.get("tool_calls") or (), call_salt or rule_name or "fallback")
     silent = error is not None or bool(tool_calls)
     content = response.get("content", "" if silent else fallback.get("content", ""))
-    if response.get("template"):
+    if inquiry is not None and response.get("template"):
         content = _substitute(content, inquiry)
     finish_reason = response.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
     return Reply(
         content=content,
         confidence=response.get("confidence", defaults.get("confidence", DEFAULT_CONFIDENCE)),
-        agent_type=response.get("agent_type", inquiry.agent_type),
+        agent_type=response.get("agent_type", inquiry.agent_type if inquiry else ""),
         suggestions=tuple(response.get("suggestions") or ()),
         metadata={**(response.get("metadata") or {}), "static_backend": True},
         reasoning=response.get("reasoning"),
@@ -141,7 +194,9 @@ def render_response(
         error=error,
         retry_after=response.get("retry_after"),
         timing=_timing(response.get("stream"), defaults.get("stream")),
-        usage=_usage(response.get("usage"), inquiry, content),
+        usage=_usage(response.get("usage"), inquiry, content)
+        if inquiry
+        else Usage(0, count_tokens(content)),
         rule=rule_name,
         outcome="error" if error else "answered",
     )
