@@ -45,7 +45,10 @@ class ReplyRouter:
     CACHE_SIZE = 4096
 
     def __init__(self, routes: list[URLPattern], app: Any) -> None:
-        self.routes = [(route.pattern.match, route.callback) for route in routes]
+        self.routes = [
+            (route.pattern.match, getattr(route.callback, "handler_class", route.callback))
+            for route in routes
+        ]
         self.app = app
         self.resolved: dict[str, Resolved] = {}
 
@@ -58,7 +61,10 @@ class ReplyRouter:
                 resolved = self.resolve(path)
             if resolved is not None:
                 handler, scope["url_route"] = resolved
-                await handler(scope, receive, send)
+                if isinstance(handler, type):  # a ReplyRoute: made here, no wrapper between
+                    await handler(scope, send).run(receive)
+                else:
+                    await handler(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
