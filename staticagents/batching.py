@@ -233,19 +233,22 @@ def insert_statements(
     the time of the insert, read once for the statement.
     """
     columns = _journal_columns(db.vendor)
+    plain_names, plain_defaults = columns.plain_names, columns.plain_defaults
     for start in range(0, len(entries), batch):
         chunk = entries[start : start + batch]
         now, inserted_at = timezone.now(), None
         values: list[Any] = []
-        append = values.append
+        extend, append = values.extend, values.append
         for entry in chunk:
-            for name, adapt, default in columns:
+            # The columns that go as they are, in one pass in C; then the adapted ones.
+            extend(map(entry.get, plain_names, plain_defaults))
+            for name, adapt, default in columns.adapted:
                 value = entry.get(name, default)
                 if value is _NOW:
                     if inserted_at is None:
-                        inserted_at = now if adapt is None else adapt(db, now)
+                        inserted_at = adapt(db, now)
                     value = inserted_at
-                elif adapt is not None:
+                else:
                     value = adapt(db, value)
                 append(value)
         yield _insert_sql(db, placeholder, len(chunk), returning), values, len(chunk)
@@ -255,17 +258,39 @@ Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
 _NOW = object()  # the default of an ``auto_now_add`` column: the time of the insert
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """The journal's columns in the order its insert names them: first those whose
+    values go as they are (with their defaults), then those with an adapter."""
+
+    plain_names: tuple[str, ...]
+    plain_defaults: tuple[Any, ...]
+    adapted: tuple[tuple[str, Adapter, Any], ...]
+    db_columns: tuple[str, ...]  # the same order, as database column names
+
+
 @functools.cache
-def _journal_columns(vendor: str) -> list[tuple[str, Adapter | None, Any]]:
-    """For each journal column: its field name, how a value becomes a parameter, its default.
+def _journal_columns(vendor: str) -> _Columns:
+    """How each journal column's value is found: its field name, its default, and
+    how it becomes a parameter.
 
     A default is taken once: a mutable one (``dict``) is only ever serialised.
     """
-    columns = []
+    plain: list[tuple[Field[Any, Any], Any]] = []
+    adapted: list[tuple[Field[Any, Any], Adapter, Any]] = []
     for column in _journal_fields():
         default = _NOW if getattr(column, "auto_now_add", False) else column.get_default()
-        columns.append((column.attname, _adapter(column, vendor), default))
-    return columns
+        adapt = _adapter(column, vendor)
+        if adapt is None:
+            plain.append((column, default))
+        else:
+            adapted.append((column, adapt, default))
+    return _Columns(
+        plain_names=tuple(f.attname for f, _ in plain),
+        plain_defaults=tuple(default for _, default in plain),
+        adapted=tuple((f.attname, adapt, default) for f, adapt, default in adapted),
+        db_columns=tuple(f.column for f in [*(f for f, _ in plain), *(f for f, _, _ in adapted)]),
+    )
 
 
 def _journal_fields() -> list[Field[Any, Any]]:
@@ -281,9 +306,9 @@ def _insert_sql(db: BaseDatabaseWrapper, placeholder: str, rows: int, returning:
     sql = _insert_sqls.get(key)
     if sql is None:
         table = db.ops.quote_name(JournalEntry._meta.db_table)
-        fields = _journal_fields()
-        names = ", ".join(db.ops.quote_name(f.column) for f in fields)
-        row = "(" + ", ".join([placeholder] * len(fields)) + ")"
+        columns = _journal_columns(db.vendor).db_columns
+        names = ", ".join(db.ops.quote_name(column) for column in columns)
+        row = "(" + ", ".join([placeholder] * len(columns)) + ")"
         values = ", ".join([row] * rows)
         sql = f"INSERT INTO {table} ({names}) VALUES {values}"
         sql = _insert_sqls[key] = sql + " RETURNING id" if returning else sql
