@@ -7,6 +7,7 @@ dialect.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
@@ -58,18 +59,24 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
 
 
 async def aanswer_inquiry(
-    inquiry: Inquiry, *, route: str, body: bytes | str = b"", ruleset: Ruleset | None = None
+    inquiry: Inquiry,
+    *,
+    route: str,
+    body: bytes | str = b"",
+    ruleset: Ruleset | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Answer:
     """The same as ``answer_inquiry``, for the reply routes' event loop.
 
     The stamp check and the journal insert are batched with other requests'
     (``batching.reply_store``); only rules with session state take a database
     transaction of their own. ``ruleset`` is the snapshot when the caller has
-    just read it for this request.
+    just read it for this request; ``loop`` the running loop, when the caller has
+    it at hand.
     """
     started = time.perf_counter()
     if ruleset is None:
-        ruleset = await current_ruleset()
+        ruleset = await current_ruleset(loop)
     rule = match_inquiry(ruleset, inquiry)
     if rule is not None and rule.stateful:
         step = await database_sync_to_async(next_step)(rule, inquiry)
@@ -79,7 +86,7 @@ async def aanswer_inquiry(
     if not hot.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
-    return Answer(reply, await reply_store.record(entry))
+    return Answer(reply, await reply_store.record(entry, loop))
 
 
 def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:

@@ -472,9 +472,14 @@ class ReplyStore:
         )
         self._last: LoopJournal | None = None  # the journal used last (a server has one loop)
 
-    def on_loop(self) -> LoopJournal | None:
-        """This event loop's journal when the database is a SQLite file, else None."""
-        loop = asyncio.get_running_loop()
+    def on_loop(self, loop: asyncio.AbstractEventLoop | None = None) -> LoopJournal | None:
+        """The running loop's journal when the database is a SQLite file, else None.
+
+        ``loop`` is the running loop, when the caller has it at hand (finding it
+        costs a system call on Python 3.11).
+        """
+        if loop is None:
+            loop = asyncio.get_running_loop()
         last = self._last
         if last is not None and last.loop is loop:
             return last
@@ -489,19 +494,21 @@ class ReplyStore:
         journal = self._journals[loop] = self._last = LoopJournal(loop, db)
         return journal
 
-    def stamp(self) -> str | Awaitable[str]:
+    def stamp(self, loop: asyncio.AbstractEventLoop | None = None) -> str | Awaitable[str]:
         """The ruleset stamp, read after this call began: the value itself when this
         loop reads it inline (nothing to await on the hot path), else an awaitable.
         """
-        journal = self.on_loop()
+        journal = self.on_loop(loop)
         if journal is not None:
             with contextlib.suppress(sqlite3.OperationalError):  # a busy file: ask the thread
                 return journal.stamp()
         return self.thread.stamp()
 
-    def record(self, entry: dict[str, Any]) -> Awaitable[int]:
+    def record(
+        self, entry: dict[str, Any], loop: asyncio.AbstractEventLoop | None = None
+    ) -> Awaitable[int]:
         """Insert the journal row ``entry``; awaited, its id once it is committed."""
-        journal = self.on_loop()
+        journal = self.on_loop(loop)
         if journal is not None:
             return journal.record(entry)
         return self.thread.record(entry)

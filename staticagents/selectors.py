@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from typing import Any
@@ -55,9 +56,12 @@ def active_ruleset() -> Ruleset:
         return _snapshot
 
 
-async def current_ruleset() -> Ruleset:
-    """``active_ruleset`` for the event loop: the stamp read is batched with other requests'."""
-    stamp = reply_store.stamp()
+async def current_ruleset(loop: asyncio.AbstractEventLoop | None = None) -> Ruleset:
+    """``active_ruleset`` for the event loop: the stamp read is batched with other requests'.
+
+    ``loop`` is the running loop, when the caller has it at hand.
+    """
+    stamp = reply_store.stamp(loop)
     if not isinstance(stamp, str):
         stamp = await stamp
     current = _snapshot

@@ -97,6 +97,7 @@ class ReplyRoute:
         self._headers: dict[str, str] | None = None
         self._receive: Receive | None = None
         self._main: asyncio.Task[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # set once the body is read
         self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
@@ -158,10 +159,12 @@ class ReplyRoute:
         body = await self.read_body(receive)
         if body is None:
             return  # refused, or the client left before its body arrived
-        waiting = turnstile().ticket()
+        # The running loop, found once: each lookup is a system call (getpid) on Python 3.11.
+        self.loop = loop = asyncio.get_running_loop()
+        waiting = turnstile(loop).ticket()
         if waiting is not None:
             await waiting
-        self._receive, self._main = receive, asyncio.current_task()
+        self._receive, self._main = receive, asyncio.current_task(loop)
         try:
             await self.respond(body)
         except RequestRejected as rejection:
@@ -226,7 +229,7 @@ class ReplyRoute:
         handler stops.
         """
         self.phase = ANSWERING
-        answers = watchlist()
+        answers = watchlist(self.loop)
         answers.add(self, self.watch)
         try:
             result = await work

@@ -9,6 +9,7 @@ no conversation id), else the global session.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import uuid
@@ -60,6 +61,7 @@ class ModelReplyRoute(ReplyRoute):
             headers=self.request_headers,
             route=self.scope.get("path", ""),
             body=body,
+            loop=self.loop,
         )
         return await self.answering(work, lambda answer: answer.entry_id)
 
@@ -96,11 +98,13 @@ async def answer_conversation(
     headers: Mapping[str, str],
     route: str,
     body: bytes,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Answer:
-    """Complete the inquiry from the route and headers, then answer and journal it."""
+    """Complete the inquiry from the route and headers, then answer and journal it
+    (``loop``: the running loop, when the caller has it at hand)."""
     header = headers.get("x-agent-type")
     # Only a request that names no agent type needs the rule snapshot to read its model.
-    ruleset = None if (prefix or header) else await current_ruleset()
+    ruleset = None if (prefix or header) else await current_ruleset(loop)
     known = ruleset.agent_types if ruleset is not None else ()
     agent_type = choose_agent_type(
         prefix=prefix, header=header, model=conversation.model, known=known
@@ -108,7 +112,7 @@ async def answer_conversation(
     inquiry = conversation.inquiry(
         dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
     )
-    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
+    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset, loop=loop)
 
 
 def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:

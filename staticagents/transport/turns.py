@@ -64,6 +64,6 @@ class Turnstile:
 _turnstiles = LoopLocal(Turnstile)
 
 
-def turnstile() -> Turnstile:
-    """The running loop's turnstile."""
-    return _turnstiles.get()
+def turnstile(loop: asyncio.AbstractEventLoop | None = None) -> Turnstile:
+    """The running loop's turnstile (``loop``, when the caller has it at hand)."""
+    return _turnstiles.get(loop)

@@ -48,6 +48,6 @@ class Watchlist:
 _watchlists = LoopLocal(Watchlist)
 
 
-def watchlist() -> Watchlist:
-    """The running loop's watchlist."""
-    return _watchlists.get()
+def watchlist(loop: asyncio.AbstractEventLoop | None = None) -> Watchlist:
+    """The running loop's watchlist (``loop``, when the caller has it at hand)."""
+    return _watchlists.get(loop)
