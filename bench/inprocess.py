@@ -1,0 +1,181 @@
+"""Our own share of a reply: the ASGI app driven in process, with no HTTP server.
+
+    python -m bench.inprocess [--requests 20000] [--concurrency 32] [--rounds 5]
+
+The replies benchmark measures the service under uvicorn, where the server's own
+work (parsing HTTP, the socket writes) is in every figure. This one drives
+``project.asgi.application`` directly, from ``--concurrency`` coroutines on
+uvloop, with the replies benchmark's 100 rules and request body, and prints the
+CPU time of the event loop's thread per request, journal on and journal off in
+alternating rounds of the same process (each keeps its best round), and how many
+journal rows each group commit held. It is the figure to profile against
+(``py-spy record -- python -m bench.inprocess``) and to compare before and after
+a change: thread CPU time moves far less with a noisy neighbour than wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def request_scope(body: bytes) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+class Rounds:
+    """Counts the journal's group commits and the rows they held."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.rows = 0
+
+    def install(self) -> None:
+        from staticagents.batching import LoopJournal
+
+        count, commit = self, LoopJournal._round
+
+        def counted(journal: LoopJournal) -> None:
+            pending = len(journal.pending)
+            commit(journal)
+            if not journal.pending:  # committed (a busy file leaves them pending)
+                count.commits += 1
+                count.rows += pending
+
+        LoopJournal._round = counted  # type: ignore[method-assign]
+
+
+async def drive(
+    app: Callable[..., Awaitable[None]], body: bytes, requests: int, concurrency: int
+) -> float:
+    """Thread CPU seconds for ``requests`` replies from ``concurrency`` coroutines."""
+    loop = asyncio.get_running_loop()
+
+    async def one() -> None:
+        # Like a server's: the body at once; then, once the response is complete,
+        # the disconnect (which a watcher started by a slow answer waits for).
+        sent: list[Message] = []
+        delivered = False
+        complete: asyncio.Future[None] | None = None
+
+        async def receive() -> Message:
+            nonlocal delivered, complete
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            if not (sent and sent[-1]["type"] == "http.response.body"):
+                complete = loop.create_future()
+                await complete
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+            ends = message["type"] == "http.response.body" and not message.get("more_body")
+            if ends and complete is not None and not complete.done():
+                complete.set_result(None)
+
+        await app(request_scope(body), receive, send)
+        if sent[0]["status"] != 200:
+            raise RuntimeError(f"the reply failed: {sent}")
+
+    async def client(count: int) -> None:
+        for _ in range(count):
+            await one()
+
+    started = time.thread_time()
+    await asyncio.gather(*(client(requests // concurrency) for _ in range(concurrency)))
+    return time.thread_time() - started
+
+
+def run(requests: int, concurrency: int, rounds: int) -> list[dict[str, Any]]:
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+    import uvloop
+    from django.test import override_settings
+
+    from bench.replies import fixtures, request_bodies
+    from staticagents.management.commands._fixture_io import read_fixture
+    from staticagents.services import import_fixture
+
+    scratch = Path(os.environ["DATABASE_URL"].removeprefix("sqlite:///")).parent
+    ours, _ = fixtures(scratch)
+    openai_body, _ = request_bodies(scratch)
+    import_fixture(read_fixture(str(ours)))
+    body = openai_body.read_bytes()
+
+    from project.asgi import application
+
+    commits = Rounds()
+    commits.install()
+    best = {"on": float("inf"), "off": float("inf")}
+    handled = requests // concurrency * concurrency
+    rows_per_commit = 0.0
+
+    async def main() -> None:
+        nonlocal rows_per_commit
+        await drive(application, body, concurrency * 50, concurrency)  # warm up
+        for _ in range(rounds):
+            commits.commits = commits.rows = 0
+            spent = await drive(application, body, requests, concurrency)
+            best["on"] = min(best["on"], spent)
+            rows_per_commit = commits.rows / max(1, commits.commits)
+            with override_settings(STATIC_AGENTS_JOURNAL=False):
+                spent = await drive(application, body, requests, concurrency)
+            best["off"] = min(best["off"], spent)
+
+    uvloop.run(main())
+    on, off = (best[k] / handled * 1e6 for k in ("on", "off"))
+    return [
+        {"journal": "on", "µs per request": round(on, 1), "rows per commit": round(rows_per_commit)},
+        {"journal": "off", "µs per request": round(off, 1), "rows per commit": "-"},
+        {"journal": "on ÷ off", "µs per request": round(on / off, 2), "rows per commit": "-"},
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="per round")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sa-bench-") as scratch:
+        os.environ["DATABASE_URL"] = f"sqlite:///{Path(scratch) / 'db.sqlite3'}"
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+        os.environ.setdefault("DEBUG", "false")
+        os.environ["STATIC_AGENTS_FIXTURE"] = ""
+        rows = run(args.requests, args.concurrency, args.rounds)
+    for row in rows:
+        print(" | ".join(f"{key}: {value}" for key, value in row.items()))
+
+
+if __name__ == "__main__":
+    main()
