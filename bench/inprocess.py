@@ -155,9 +155,9 @@ def run(requests: int, concurrency: int, rounds: int) -> list[dict[str, Any]]:
     uvloop.run(main())
     on, off = (best[k] / handled * 1e6 for k in ("on", "off"))
     return [
-        {"journal": "on", "µs per request": round(on, 1), "rows per commit": round(rows_per_commit)},
-        {"journal": "off", "µs per request": round(off, 1), "rows per commit": "-"},
-        {"journal": "on ÷ off", "µs per request": round(on / off, 2), "rows per commit": "-"},
+        {"journal": "on", "µs/request": round(on, 1), "rows/commit": round(rows_per_commit)},
+        {"journal": "off", "µs/request": round(off, 1), "rows/commit": "-"},
+        {"journal": "on ÷ off", "µs/request": round(on / off, 2), "rows/commit": "-"},
     ]
 
 

@@ -33,6 +33,7 @@ from staticagents.answering import mark_cancelled
 from staticagents.conf import hot
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.transport.pacer import pacer
 from staticagents.transport.turns import turnstile
 from staticagents.transport.watchlist import watchlist
 
@@ -298,7 +299,8 @@ class ReplyRoute:
         same write as its last frames. A stream that would outlast the
         configured maximum is cut off there.
         """
-        loop = asyncio.get_running_loop()
+        loop = self.loop or asyncio.get_running_loop()
+        timer = pacer(loop)
         start = loop.time()
         limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
         send = self._send
@@ -307,18 +309,16 @@ class ReplyRoute:
             if offset > limit:
                 if due:
                     await self.send_chunk(b"".join(due))
-                await asyncio.sleep(max(0.0, start + limit - loop.time()))
+                await timer.until(start + limit)
                 await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
                 return False
-            delay = start + offset - loop.time()
-            if delay > 0:
+            if start + offset > loop.time():
                 if due:
                     body = b"".join(due)
                     await send({"type": "http.response.body", "body": body, "more_body": True})
                     due = []
-                    delay = start + offset - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                if start + offset > loop.time():
+                    await timer.until(start + offset)
             due.append(data)
         if closing is not None:
             await self.end_stream(b"".join([*due, closing]))

@@ -35,6 +35,7 @@ from staticagents import access
 from staticagents.answering import Answer, aanswer_inquiry, mark_cancelled
 from staticagents.core.inquiry import session_key
 from staticagents.dialects import websocket as dialect
+from staticagents.transport.pacer import pacer
 
 log = logging.getLogger(__name__)
 
@@ -124,17 +125,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
     ) -> None:
         """Send each event at its offset from now; cut off at the configured maximum."""
         loop = asyncio.get_running_loop()
+        timer = pacer(loop)
         start = loop.time()
         limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
         for timed in events:
             if timed.at > limit:
-                await asyncio.sleep(max(0.0, start + limit - loop.time()))
+                await timer.until(start + limit)
                 await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
                 await self.send_event(dialect.cut_off_event(limit, request_id))
                 return
-            delay = start + timed.at - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if start + timed.at > loop.time():
+                await timer.until(start + timed.at)
             await self.send_event(timed.event)
 
     @property
