@@ -204,6 +204,7 @@ def prune_to_cap(newest_id: int) -> None:
 
 
 prune_hooks.due = prune_due
+prune_hooks.keep = lambda: int(hot.STATIC_AGENTS_JOURNAL_MAX)
 prune_hooks.prune = prune_to_cap
 
 

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from channels.db import database_sync_to_async
 from django.db import (
     DEFAULT_DB_ALIAS,
     InterfaceError,
@@ -61,10 +60,12 @@ STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
 @dataclass
 class PruneHooks:
     """How the journal is kept near its cap (set by ``answering``): after each
-    insert, ``due(count)`` says whether to prune now, and ``prune(newest_id)``
-    does it (with the ORM, so in a thread)."""
+    insert, ``due(count)`` says whether to prune now, ``keep()`` how many of the
+    newest entries to keep, and ``prune(newest_id)`` does it with the ORM (the
+    database thread's way; the loop journal deletes in its own transaction)."""
 
     due: Callable[[int], bool] = lambda written: False
+    keep: Callable[[], int] = lambda: 0
     prune: Callable[[int], None] = lambda newest_id: None
 
 
@@ -315,6 +316,13 @@ def _insert_sql(db: BaseDatabaseWrapper, placeholder: str, rows: int, returning:
     return sql
 
 
+@functools.cache
+def _prune_sql(db: BaseDatabaseWrapper) -> str:
+    """Delete the journal entries up to an id (``prune_journal``'s query, for a cursor)."""
+    table = db.ops.quote_name(JournalEntry._meta.db_table)
+    return f"DELETE FROM {table} WHERE {db.ops.quote_name(JournalEntry._meta.pk.column)} <= ?"
+
+
 def _adapter(field: Field[Any, Any], vendor: str) -> Adapter | None:
     if isinstance(field, models.JSONField):
         if vendor == "sqlite" and field.encoder is None:
@@ -415,6 +423,12 @@ class LoopJournal:
                 last = self.connection.execute(sql, values).lastrowid
                 assert last is not None
                 ids.extend(range(last - rows + 1, last + 1))
+            if prune_hooks.due(len(ids)):
+                # Kept near its cap in the same transaction: no thread, no second
+                # connection, no second writer for this loop to wait behind.
+                cutoff = ids[-1] - prune_hooks.keep()
+                if cutoff > 0:
+                    self.connection.execute(_prune_sql(self.db), (cutoff,))
             self.connection.execute("COMMIT")
         except Exception as exc:
             if self.connection.in_transaction:
@@ -425,10 +439,6 @@ class LoopJournal:
         for (_, future), pk in zip(batch, ids, strict=True):
             if not future.done():  # else the request was cancelled meanwhile
                 future.set_result(pk)
-        if prune_hooks.due(len(ids)):
-            pruning = self.loop.create_task(database_sync_to_async(prune_hooks.prune)(ids[-1]))
-            _background.add(pruning)
-            pruning.add_done_callback(_background.discard)
 
     def _retry_later(self, exc: sqlite3.OperationalError) -> bool:
         """Whether the round waits for a write lock held elsewhere (up to the database timeout)."""
@@ -457,9 +467,6 @@ class LoopJournal:
 def _in_memory(name: str) -> bool:
     """Whether a SQLite database name is an in-memory database (no file to share)."""
     return name == ":memory:" or "mode=memory" in name
-
-
-_background: set[asyncio.Task[Any]] = set()  # keeps pruning tasks alive until done
 
 
 class ReplyStore:

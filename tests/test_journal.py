@@ -228,6 +228,21 @@ def test_the_journal_is_pruned_to_its_cap(load_rules: LoadRules, settings: Any) 
     assert kept == [f"hello {n}" for n in range(15, 25)]
 
 
+def test_the_served_journal_is_pruned_to_its_cap_as_it_commits(
+    live_url: str, load_rules: LoadRules, settings: Any
+) -> None:
+    # The reply routes' journal prunes in its own commit: once a reply is back,
+    # the journal already holds only the newest entries.
+    settings.STATIC_AGENTS_JOURNAL_MAX = 10
+    load_rules(RULES)
+    with httpx.Client(base_url=live_url) as http:
+        for n in range(25):
+            body = {"model": "static", "messages": [{"role": "user", "content": f"hello {n}"}]}
+            assert http.post("/v1/chat/completions", json=body).status_code == 200
+            kept = list(JournalEntry.objects.order_by("id").values_list("query", flat=True))
+            assert kept == [f"hello {k}" for k in range(max(0, n - 9), n + 1)]
+
+
 def test_pruning_runs_rarely_under_a_large_cap() -> None:
     assert prune_interval(100_000) == 1000
     assert prune_interval(10) == 1
