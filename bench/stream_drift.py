@@ -90,23 +90,40 @@ def request(dialect: str, port: int, session: int) -> bytes:
     return head.encode() + payload
 
 
-async def run_stream(dialect: str, port: int, session: int, stream: Stream) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    content, first = CONTENT_MARKERS[dialect], FIRST_MARKERS[dialect]
-    tail = b""
-    stream.sent = time.perf_counter()
-    writer.write(request(dialect, port, session))
-    await writer.drain()
-    while data := await reader.read(65536):
+class StreamReader(asyncio.Protocol):
+    """Timestamps one stream's chunks as its bytes arrive: a bare protocol, with no
+    reader task to wake per read, so the client's own lateness stays small."""
+
+    def __init__(self, dialect: str, stream: Stream, done: asyncio.Future[None]) -> None:
+        self.content, self.first = CONTENT_MARKERS[dialect], FIRST_MARKERS[dialect]
+        self.stream, self.done = stream, done
+        self.tail = b""
+
+    def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
-        window = tail + data  # a marker may straddle two reads
-        if stream.first is None and first in window:
+        stream, window = self.stream, self.tail + data  # a marker may straddle two reads
+        if stream.first is None and self.first in window:
             stream.first = now
-        stream.chunks += [now] * window.count(content)
-        tail = window[-(len(content) - 1) :]
+        stream.chunks += [now] * window.count(self.content)
+        self.tail = window[-(len(self.content) - 1) :]
         if b"[DONE]" in data or b"message_stop" in data:
             stream.complete = True
-    writer.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def run_stream(dialect: str, port: int, session: int, stream: Stream) -> None:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    transport, _ = await loop.create_connection(
+        lambda: StreamReader(dialect, stream, done), "127.0.0.1", port
+    )
+    stream.sent = time.perf_counter()
+    transport.write(request(dialect, port, session))
+    await done  # the server closes the connection after the stream (Connection: close)
+    transport.close()
 
 
 def percentile(values: list[float], share: float) -> float:
