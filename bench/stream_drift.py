@@ -11,9 +11,10 @@ offset 0, before any content) and the scripted offset is
 ``first_delay + i * word_delay``. Reports p50/p90/p99/max of the drift, and the
 time to the first event (which includes matching and the journal write).
 
-The client reads raw sockets on one event loop (uvloop when installed) so that
-its own overhead stays small; it shares the machine's cores with the server, as
-a test suite would, so what it measures is the drift a client sees, end to end.
+The client reads each stream through a bare protocol on one event loop (uvloop
+when installed) so that its own overhead stays small; it shares the machine's
+cores with the server, as a test suite would, so what it measures is the drift
+a client sees, end to end.
 
     python -m bench.stream_drift [--streams 100] [--words 50] [--delay-ms 10]
                                  [--first-ms 0] [--dialect openai|anthropic]
