@@ -8,6 +8,9 @@ import uvloop
 
 from staticagents.transport.pacer import SLOT_SECONDS, Pacer
 
+# Loop times are floats: "on time" may differ from the scripted time in its last bits.
+EPSILON = 1e-9
+
 
 async def wake_times(pacer: Pacer, offsets: list[float]) -> list[float]:
     """Wait for each offset (seconds from now) at once; how late each woke, in seconds."""
@@ -24,8 +27,8 @@ async def wake_times(pacer: Pacer, offsets: list[float]) -> list[float]:
 async def test_nobody_wakes_before_their_time_nor_long_after() -> None:
     pacer = Pacer(asyncio.get_running_loop())
     lateness = await wake_times(pacer, [0.0005, 0.003, 0.0031, 0.012, 0.02])
-    assert all(late >= 0 for late in lateness)
-    assert all(late < 0.05 for late in lateness)  # generous: a shared CI machine
+    assert all(late > -EPSILON for late in lateness), lateness
+    assert all(late < 0.05 for late in lateness), lateness  # generous: a shared CI machine
     assert pacer.slots == {}  # every slot was woken and dropped
 
 
@@ -52,4 +55,5 @@ def test_the_pacer_works_on_uvloop_as_served() -> None:
     async def main() -> list[float]:
         return await wake_times(Pacer(asyncio.get_running_loop()), [0.001, 0.004, 0.004])
 
-    assert all(0 <= late < 0.05 for late in uvloop.run(main()))
+    lateness = uvloop.run(main())
+    assert all(-EPSILON < late < 0.05 for late in lateness), lateness
