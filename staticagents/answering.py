@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, QuerySet
 
@@ -192,7 +191,7 @@ def prune_due(written: int) -> bool:
     global _unpruned
     with _prune_lock:
         _unpruned += written
-        if _unpruned < prune_interval(hot.STATIC_AGENTS_JOURNAL_MAX):
+        if _unpruned < prune_interval(journal_cap()):
             return False
         _unpruned = 0
         return True
@@ -200,11 +199,17 @@ def prune_due(written: int) -> bool:
 
 def prune_to_cap(newest_id: int) -> None:
     """Keep the journal near its cap: one indexed DELETE."""
-    prune_journal(keep=settings.STATIC_AGENTS_JOURNAL_MAX, newest_id=newest_id)
+    prune_journal(keep=journal_cap(), newest_id=newest_id)
+
+
+def journal_cap() -> int:
+    """How many of the newest journal entries pruning keeps."""
+    cap: int = hot.STATIC_AGENTS_JOURNAL_MAX
+    return cap
 
 
 prune_hooks.due = prune_due
-prune_hooks.keep = lambda: int(hot.STATIC_AGENTS_JOURNAL_MAX)
+prune_hooks.keep = journal_cap
 prune_hooks.prune = prune_to_cap
 
 

@@ -316,7 +316,6 @@ def _insert_sql(db: BaseDatabaseWrapper, placeholder: str, rows: int, returning:
     return sql
 
 
-@functools.cache
 def _prune_sql(db: BaseDatabaseWrapper) -> str:
     """Delete the journal entries up to an id (``prune_journal``'s query, for a cursor)."""
     table = db.ops.quote_name(JournalEntry._meta.db_table)
