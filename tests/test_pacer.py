@@ -1,12 +1,22 @@
-"""The pacer wakes paced streams at their frames' times, one timer per millisecond."""
+"""The pacer wakes paced streams at their frames' times, one timer per millisecond, and holds
+new streams back while the loop has no room for them."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from contextlib import suppress
 
+import pytest
 import uvloop
 
-from staticagents.transport.pacer import SLOT_SECONDS, Pacer
+from staticagents.transport.pacer import (
+    ALWAYS_RUNNING,
+    BEHIND_SECONDS,
+    BUSY_SHARE,
+    SLOT_SECONDS,
+    Pacer,
+)
 
 # Loop times are floats: "on time" may differ from the scripted time in its last bits.
 EPSILON = 1e-9
@@ -57,3 +67,115 @@ def test_the_pacer_works_on_uvloop_as_served() -> None:
 
     lateness = uvloop.run(main())
     assert all(-EPSILON < late < 0.05 for late in lateness), lateness
+
+
+# -- holding new streams back -------------------------------------------------------------
+
+
+async def make_late(pacer: Pacer, seconds: float) -> None:
+    """One long turn of the loop: a wake-up due in a millisecond comes ``seconds`` late."""
+    woke = pacer.until(pacer.loop.time() + SLOT_SECONDS)
+    time.sleep(seconds)  # blocks the loop, as a turn with too much work would
+    await woke
+
+
+def spin(seconds: float) -> None:
+    """Keep this thread busy for ``seconds`` of its own CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def fill(pacer: Pacer) -> None:
+    """Begin the streams that always run, so that the next ones depend on the loop's room."""
+    assert [pacer.begin() for _ in range(ALWAYS_RUNNING)] == [None] * ALWAYS_RUNNING
+
+
+async def test_streams_begin_at_once_while_the_loop_keeps_time() -> None:
+    pacer = Pacer(asyncio.get_running_loop())
+    await asyncio.gather(*(pacer.until(pacer.loop.time() + 0.002) for _ in range(10)))
+    places = [pacer.begin() for _ in range(ALWAYS_RUNNING + 10)]
+    assert places == [None] * (ALWAYS_RUNNING + 10)
+    assert pacer.running == ALWAYS_RUNNING + 10
+    for place in places:
+        pacer.end(place)
+    assert pacer.running == 0
+
+
+async def test_a_late_loop_holds_new_streams_then_lets_them_begin_in_arrival_order() -> None:
+    pacer = Pacer(asyncio.get_running_loop())
+    fill(pacer)
+    await make_late(pacer, 0.02)
+    assert pacer.late > BEHIND_SECONDS
+    held = [pacer.begin() for _ in range(5)]
+    assert None not in held and pacer.running == ALWAYS_RUNNING
+    begun: list[int] = []
+    for index, place in enumerate(held):
+        assert place is not None
+        place.add_done_callback(lambda _, index=index: begun.append(index))
+    # The wake-ups that follow find the loop on time again.
+    await asyncio.wait_for(asyncio.gather(*held), 5)  # type: ignore[arg-type]
+    assert begun == [0, 1, 2, 3, 4]
+    assert pacer.running == ALWAYS_RUNNING + 5
+    assert pacer.late <= BEHIND_SECONDS
+
+
+async def test_a_busy_loop_holds_new_streams_until_it_has_room_again() -> None:
+    loop = asyncio.get_running_loop()
+    pacer = Pacer(loop)
+    fill(pacer)
+    deadline = time.monotonic() + 5
+    # Each turn wakes on time but then keeps the loop busy past the next wake-up's time.
+    while not (pacer.busy > BUSY_SHARE and pacer.late <= BEHIND_SECONDS):
+        assert time.monotonic() < deadline, (pacer.busy, pacer.late)
+        woke = pacer.until(loop.time() + SLOT_SECONDS)
+        spin(0.0015)
+        await woke
+    place = pacer.begin()
+    assert place is not None and pacer.running == ALWAYS_RUNNING
+    await asyncio.wait_for(place, 5)  # idle now: the busy share falls, and it begins
+    assert pacer.busy <= BUSY_SHARE and pacer.running == ALWAYS_RUNNING + 1
+
+
+async def test_a_few_streams_always_begin_however_late_the_loop() -> None:
+    pacer = Pacer(asyncio.get_running_loop())
+    await make_late(pacer, 0.02)
+    await make_late(pacer, 0.02)  # every wake-up late: the pacer never finds room
+    assert [pacer.begin() for _ in range(ALWAYS_RUNNING)] == [None] * ALWAYS_RUNNING
+    assert pacer.begin() is not None
+
+
+async def test_a_stream_that_gives_up_while_held_gives_up_its_place() -> None:
+    pacer = Pacer(asyncio.get_running_loop())
+    fill(pacer)
+    streamed: list[str] = []
+
+    async def stream(name: str) -> None:
+        async with pacer.place():
+            streamed.append(name)
+
+    await make_late(pacer, 0.02)
+    leaving, staying = (asyncio.create_task(stream(n)) for n in ("leaving", "staying"))
+    await asyncio.sleep(0)
+    assert len(pacer.held) == 2 and pacer.running == ALWAYS_RUNNING
+    leaving.cancel()
+    with suppress(asyncio.CancelledError):
+        await leaving
+    await asyncio.wait_for(staying, 5)
+    assert streamed == ["staying"]
+    assert pacer.running == ALWAYS_RUNNING  # "staying" ran and ended; "leaving" never began
+    assert not pacer.held
+
+
+@pytest.mark.parametrize("run", [uvloop.run, asyncio.run], ids=["uvloop", "asyncio"])
+def test_a_late_turn_is_seen_on_both_loops(run: object) -> None:
+    async def main() -> float:
+        pacer = Pacer(asyncio.get_running_loop())
+        # Slots come due all through one long turn: the first one's lateness counts, not
+        # that of the last one, which came due just before the turn ended.
+        woke = [pacer.until(pacer.loop.time() + k * SLOT_SECONDS) for k in (1, 5, 10, 19)]
+        time.sleep(0.02)
+        await asyncio.gather(*woke)
+        return pacer.late
+
+    assert run(main()) > BEHIND_SECONDS  # type: ignore[operator]

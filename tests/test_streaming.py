@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -225,4 +227,113 @@ async def test_a_client_that_leaves_while_the_answer_is_worked_out_is_journaled_
     assert finished == ["work"]
     assert await client.receive_nothing()
     outcome = await database_sync_to_async(lambda: JournalEntry.objects.get(pk=entry.pk).outcome)()
+    assert outcome == "cancelled"
+
+
+# -- a loop with no room for more streams -------------------------------------------------
+
+
+class Jam:
+    """Keeps the running loop later than the pacer allows, for as long as it runs: every
+    wake-up due in a millisecond comes 5 ms late. Nothing is faked: it is a loop with more
+    work than it can do on time."""
+
+    def __init__(self) -> None:
+        from staticagents.transport.pacer import ALWAYS_RUNNING, pacer
+
+        self.pacer = pacer(asyncio.get_running_loop())
+        self.always = [self.pacer.begin() for _ in range(ALWAYS_RUNNING)]
+        self.task = asyncio.create_task(self.jam())
+
+    @classmethod
+    async def start(cls) -> Jam:
+        """A jam, once the pacer has seen the loop late."""
+        from staticagents.transport.pacer import BEHIND_SECONDS
+
+        jam = cls()
+        while jam.pacer.late <= BEHIND_SECONDS:
+            await asyncio.sleep(0.001)
+        return jam
+
+    async def jam(self) -> None:
+        while True:
+            woke = self.pacer.until(self.pacer.loop.time() + 0.001)
+            time.sleep(0.005)
+            await woke
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        for place in self.always:
+            self.pacer.end(place)
+
+
+def paced_route(entry_id: int, frames: list[tuple[float, bytes]]) -> Any:
+    from staticagents.transport.http import ReplyRoute
+
+    class Paced(ReplyRoute):
+        async def respond(self, body: bytes) -> None:
+            self.entry_id = entry_id
+            await self.start_sse()
+            await self.send_paced(frames, closing=b"end")
+
+    return Paced.as_asgi()
+
+
+async def journal_entry() -> int:
+    from channels.db import database_sync_to_async
+
+    entry = await database_sync_to_async(JournalEntry.objects.create)(
+        dialect="openai", route=CHAT, session="s", agent_type="router", outcome="answered"
+    )
+    return int(entry.pk)
+
+
+async def test_a_stream_waits_to_begin_while_the_loop_is_late_then_keeps_its_script(
+    transactional_db: None,
+) -> None:
+    from channels.testing import ApplicationCommunicator
+
+    frames = [(0.0, b"a"), (0.03, b"b"), (0.06, b"c")]
+    scope = {"type": "http", "method": "POST", "path": "/paced", "headers": []}
+    jam = await Jam.start()
+    client = ApplicationCommunicator(paced_route(await journal_entry(), frames), scope)
+    await client.send_input({"type": "http.request", "body": b"{}"})
+    assert (await client.receive_output(5))["status"] == 200  # the head goes out at once
+    assert await client.receive_nothing(0.1)  # no frame while the loop is late
+    assert len(jam.pacer.held) == 1
+    await jam.stop()
+    arrivals, bodies = [], []
+    while True:
+        message = await client.receive_output(5)
+        arrivals.append(time.monotonic())
+        bodies.append(message["body"])
+        if not message.get("more_body"):
+            break
+    assert b"".join(bodies) == b"abcend"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert all(gap > 0.029 for gap in gaps), gaps  # never early: the script starts at "a"
+    assert jam.pacer.running == 0
+
+
+async def test_a_client_that_leaves_a_held_stream_gives_up_its_place(
+    transactional_db: None,
+) -> None:
+    from channels.db import database_sync_to_async
+    from channels.testing import ApplicationCommunicator
+
+    entry_id = await journal_entry()
+    scope = {"type": "http", "method": "POST", "path": "/paced", "headers": []}
+    jam = await Jam.start()
+    client = ApplicationCommunicator(paced_route(entry_id, [(0.0, b"a")]), scope)
+    await client.send_input({"type": "http.request", "body": b"{}"})
+    assert (await client.receive_output(5))["status"] == 200
+    assert await client.receive_nothing(0.05)  # held: no frame
+    assert len(jam.pacer.held) == 1
+    await client.send_input({"type": "http.disconnect"})
+    await client.wait(timeout=5)
+    await jam.stop()
+    assert jam.pacer.running == 0 and not any(not p.done() for p in jam.pacer.held)
+    outcome = await database_sync_to_async(lambda: JournalEntry.objects.get(pk=entry_id).outcome)()
     assert outcome == "cancelled"

@@ -301,30 +301,31 @@ class ReplyRoute:
         """
         loop = self.loop or asyncio.get_running_loop()
         timer = pacer(loop)
-        start = loop.time()
-        limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-        send = self._send
-        due: list[bytes] = []
-        for offset, data in frames:
-            if offset > limit:
-                if due:
-                    await self.send_chunk(b"".join(due))
-                await timer.until(start + limit)
-                await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
-                return False
-            if start + offset > loop.time():
-                if due:
-                    body = b"".join(due)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-                    due = []
+        async with timer.place():  # under overload, a stream waits here to begin
+            start = loop.time()
+            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+            send = self._send
+            due: list[bytes] = []
+            for offset, data in frames:
+                if offset > limit:
+                    if due:
+                        await self.send_chunk(b"".join(due))
+                    await timer.until(start + limit)
+                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                    return False
                 if start + offset > loop.time():
-                    await timer.until(start + offset)
-            due.append(data)
-        if closing is not None:
-            await self.end_stream(b"".join([*due, closing]))
-        elif due:
-            await self.send_chunk(b"".join(due))
-        return True
+                    if due:
+                        body = b"".join(due)
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                        due = []
+                    if start + offset > loop.time():
+                        await timer.until(start + offset)
+                due.append(data)
+            if closing is not None:
+                await self.end_stream(b"".join([*due, closing]))
+            elif due:
+                await self.send_chunk(b"".join(due))
+            return True
 
 
 def sse(payload: Any, event: str | None = None) -> bytes:

@@ -1,4 +1,5 @@
-"""One timer per millisecond for every paced stream of a loop, not one per frame.
+"""One timer per millisecond for every paced stream of a loop, not one per frame;
+and new streams held back while the loop has no room for more.
 
 A thousand streams of a word every 10 ms ask their loop for 100,000 wake-ups a
 second. ``asyncio.sleep`` makes each of them a coroutine, a timer handle in the
@@ -7,16 +8,39 @@ pacer keeps one list of waiting futures per millisecond instead: the first
 stream due in a millisecond starts its timer, the others join its list, and the
 timer wakes them all. uvloop's timers count whole milliseconds anyway, so a
 frame is never sent earlier than its time, nor later by more than it already was.
+
+A loop has room for only so many streams: every frame is a socket write. Near
+that number, one long turn of the loop leaves many frames due at once, sending
+them makes the next turn long too, and every running stream stutters. So the
+pacer watches the loop at its wake-ups: how late they are, and what share of
+the time the loop is busy (its thread's CPU time against the clock). While the
+loop is late or busy, a stream about to begin waits (``begin``); wake-ups that
+find room again let a few begin at a time, in arrival order. Under overload a
+stream's script therefore starts late, as a busy model's first token would, and
+then keeps its time. A few streams always run, so no stream waits forever
+behind a loop that is busy with other work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections import deque
 
 from staticagents.transport.loop_local import LoopLocal
 
 SLOT_SECONDS = 0.001
+# A turn that begins its wake-ups later than this has more work than the loop can do on time.
+BEHIND_SECONDS = 0.002
+# The loop's busy share above which no more streams begin: room for the frames' jitter.
+BUSY_SHARE = 0.75
+# Over about this long the busy share is averaged.
+BUSY_WINDOW_SECONDS = 0.02
+# Streams let begin per wake-up that finds room: spreads their frames over the slots.
+BEGINS_PER_WAKE = 2
+# This many streams may always run, however busy the loop.
+ALWAYS_RUNNING = 8
 
 
 class Pacer:
@@ -25,25 +49,120 @@ class Pacer:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.slots: dict[int, list[asyncio.Future[None]]] = {}
+        self.held: deque[asyncio.Future[None]] = deque()
+        self.running = 0  # streams between ``begin`` and ``end``
+        self.late = 0.0  # how late the loop's last turn began its wake-ups, in seconds
+        self.busy = 0.0  # the loop's busy share, smoothed over BUSY_WINDOW_SECONDS
+        self.in_turn = False  # a wake-up has run in this turn of the loop
+        self.measured = (time.monotonic(), time.thread_time())
 
     def until(self, when: float) -> asyncio.Future[None]:
         """A future resolved at ``when`` (the loop's clock), or within the millisecond after.
 
         Cancelling it (as cancelling the task that awaits it does) just drops it.
         """
-        slot = math.ceil(when / SLOT_SECONDS)
+        waiter = self.loop.create_future()
+        self._slot(math.ceil(when / SLOT_SECONDS)).append(waiter)
+        return waiter
+
+    def place(self) -> Place:
+        """``async with pacer.place():`` around a stream: it begins when there is room."""
+        return Place(self)
+
+    def begin(self) -> asyncio.Future[None] | None:
+        """None when a new stream may begin now; else a future resolved when it may.
+
+        Either way, the stream counts as running once it begins: the caller
+        passes what this returned to ``end`` when the stream is over, or given
+        up (cancelling the future gives up the place).
+        """
+        if not self.held and self.has_room():
+            self.running += 1
+            return None
+        waiter = self.loop.create_future()
+        self.held.append(waiter)
+        self._tick()
+        return waiter
+
+    def end(self, place: asyncio.Future[None] | None) -> None:
+        """The stream that ``begin`` answered with ``place`` is over: it ran, or gave up."""
+        if place is None or (place.done() and not place.cancelled()):
+            self.running -= 1
+
+    def has_room(self) -> bool:
+        return self.running < ALWAYS_RUNNING or (
+            self.late <= BEHIND_SECONDS and self.busy <= BUSY_SHARE
+        )
+
+    def _slot(self, slot: int) -> list[asyncio.Future[None]]:
         waiters = self.slots.get(slot)
         if waiters is None:
             waiters = self.slots[slot] = []
             self.loop.call_at(slot * SLOT_SECONDS, self._wake, slot)
-        waiter = self.loop.create_future()
-        waiters.append(waiter)
-        return waiter
+        return waiters
+
+    def _tick(self) -> None:
+        """Make sure a wake-up comes within the next millisecond (to let held streams begin)."""
+        self._slot(math.floor(self.loop.time() / SLOT_SECONDS) + 1)
 
     def _wake(self, slot: int) -> None:
+        if not self.in_turn:
+            # The first wake-up of a turn is its latest: the slots that came due
+            # while the loop was busy follow it, in their order, in the same turn.
+            self.in_turn = True
+            self.loop.call_soon(self._turn_over)  # runs after this turn's timers
+            self.late = self.loop.time() - slot * SLOT_SECONDS
+            self._measure_busy()
         for waiter in self.slots.pop(slot):
             if not waiter.done():
                 waiter.set_result(None)
+        if self.held:
+            self._let_begin()
+
+    def _turn_over(self) -> None:
+        self.in_turn = False
+
+    def _measure_busy(self) -> None:
+        wall, cpu = time.monotonic(), time.thread_time()
+        since, cpu_then = self.measured
+        span = wall - since
+        if span >= SLOT_SECONDS:
+            share = (cpu - cpu_then) / span
+            self.busy += (share - self.busy) * min(1.0, span / BUSY_WINDOW_SECONDS)
+            self.measured = (wall, cpu)
+
+    def _let_begin(self) -> None:
+        held, begun = self.held, 0
+        while held and begun < BEGINS_PER_WAKE and self.has_room():
+            waiter = held.popleft()
+            if not waiter.done():  # a client that left while held gives up its place
+                waiter.set_result(None)
+                self.running += 1
+                begun += 1
+        if held:
+            self._tick()
+
+
+class Place:
+    """A stream's place among the running streams of a pacer (see ``Pacer.place``)."""
+
+    __slots__ = ("pacer", "waiter")
+
+    def __init__(self, pacer: Pacer) -> None:
+        self.pacer = pacer
+        self.waiter: asyncio.Future[None] | None = None
+
+    async def __aenter__(self) -> None:
+        self.waiter = waiter = self.pacer.begin()
+        if waiter is not None:
+            try:
+                await waiter
+            except BaseException:  # cancelled while held, or just after being let begin
+                self.pacer.end(waiter)
+                raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.pacer.end(self.waiter)
 
 
 _pacers = LoopLocal(Pacer)

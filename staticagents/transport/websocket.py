@@ -126,17 +126,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """Send each event at its offset from now; cut off at the configured maximum."""
         loop = asyncio.get_running_loop()
         timer = pacer(loop)
-        start = loop.time()
-        limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-        for timed in events:
-            if timed.at > limit:
-                await timer.until(start + limit)
-                await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
-                await self.send_event(dialect.cut_off_event(limit, request_id))
-                return
-            if start + timed.at > loop.time():
-                await timer.until(start + timed.at)
-            await self.send_event(timed.event)
+        async with timer.place():  # under overload, a stream waits here to begin
+            start = loop.time()
+            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+            for timed in events:
+                if timed.at > limit:
+                    await timer.until(start + limit)
+                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                    await self.send_event(dialect.cut_off_event(limit, request_id))
+                    return
+                if start + timed.at > loop.time():
+                    await timer.until(start + timed.at)
+                await self.send_event(timed.event)
 
     @property
     def handshake_headers(self) -> dict[str, str]:
