@@ -90,6 +90,9 @@ class Pacer:
             self.running -= 1
 
     def has_room(self) -> bool:
+        """Whether one more stream may begin: as the last wake-ups found the loop (see the
+        module doc). Measures left from long ago correct themselves within a millisecond,
+        at the wake-up that a held stream asks for."""
         return self.running < ALWAYS_RUNNING or (
             self.late <= BEHIND_SECONDS and self.busy <= BUSY_SHARE
         )
