@@ -13,8 +13,8 @@ import uvloop
 from staticagents.transport.pacer import (
     ALWAYS_RUNNING,
     BEHIND_SECONDS,
-    BUSY_SHARE,
     SLOT_SECONDS,
+    STREAM_SHARE,
     Pacer,
 )
 
@@ -120,21 +120,40 @@ async def test_a_late_loop_holds_new_streams_then_lets_them_begin_in_arrival_ord
     assert pacer.late <= BEHIND_SECONDS
 
 
-async def test_a_busy_loop_holds_new_streams_until_it_has_room_again() -> None:
-    loop = asyncio.get_running_loop()
-    pacer = Pacer(loop)
-    fill(pacer)
+async def keep_busy(pacer: Pacer, sending: bool) -> None:
+    """Turns that wake on time but keep the loop busy almost to the next wake-up: with
+    ``sending``, busy with the streams' writes (as ``send_paced`` counts them in ``spent``),
+    else with other work. Until the pacer has seen a few of them, the last one on time."""
+    loop = pacer.loop
     deadline = time.monotonic() + 5
-    # Each turn wakes on time but then keeps the loop busy past the next wake-up's time.
-    while not (pacer.busy > BUSY_SHARE and pacer.late <= BEHIND_SECONDS):
-        assert time.monotonic() < deadline, (pacer.busy, pacer.late)
+    turns = 0
+    while turns < 20 or (sending and pacer.share <= STREAM_SHARE) or pacer.late > BEHIND_SECONDS:
+        assert time.monotonic() < deadline, (pacer.share, pacer.late)
         woke = pacer.until(loop.time() + SLOT_SECONDS)
+        started = time.perf_counter()
         spin(0.0015)
+        if sending:
+            pacer.spent += time.perf_counter() - started
         await woke
+        turns += 1
+
+
+async def test_streams_that_take_much_of_the_loop_hold_new_ones_back_until_there_is_room() -> None:
+    pacer = Pacer(asyncio.get_running_loop())
+    fill(pacer)
+    await keep_busy(pacer, sending=True)
     place = pacer.begin()
     assert place is not None and pacer.running == ALWAYS_RUNNING
-    await asyncio.wait_for(place, 5)  # idle now: the busy share falls, and it begins
-    assert pacer.busy <= BUSY_SHARE and pacer.running == ALWAYS_RUNNING + 1
+    await asyncio.wait_for(place, 5)  # no more writes: their share falls, and it begins
+    assert pacer.share <= STREAM_SHARE and pacer.running == ALWAYS_RUNNING + 1
+
+
+async def test_a_loop_busy_with_other_work_lets_streams_begin() -> None:
+    pacer = Pacer(asyncio.get_running_loop())
+    fill(pacer)
+    await keep_busy(pacer, sending=False)  # JSON replies under a load test, say
+    assert pacer.share == 0.0
+    assert pacer.begin() is None
 
 
 async def test_a_few_streams_always_begin_however_late_the_loop() -> None:
@@ -143,6 +162,22 @@ async def test_a_few_streams_always_begin_however_late_the_loop() -> None:
     await make_late(pacer, 0.02)  # every wake-up late: the pacer never finds room
     assert [pacer.begin() for _ in range(ALWAYS_RUNNING)] == [None] * ALWAYS_RUNNING
     assert pacer.begin() is not None
+
+
+async def test_no_stream_is_held_longer_than_the_limit_however_busy_the_loop() -> None:
+    loop = asyncio.get_running_loop()
+    pacer = Pacer(loop, hold_limit=0.05)
+    fill(pacer)
+    await make_late(pacer, 0.02)
+    asked = loop.time()
+    place = pacer.begin()
+    assert place is not None
+    while not place.done():  # every turn of the loop late: never room
+        await make_late(pacer, 0.005)
+        assert loop.time() - asked < 5
+    assert pacer.late > BEHIND_SECONDS  # it began without room, at the limit
+    assert loop.time() - asked >= 0.05
+    assert pacer.running == ALWAYS_RUNNING + 1
 
 
 async def test_a_stream_that_gives_up_while_held_gives_up_its_place() -> None:

@@ -334,6 +334,6 @@ async def test_a_client_that_leaves_a_held_stream_gives_up_its_place(
     await client.send_input({"type": "http.disconnect"})
     await client.wait(timeout=5)
     await jam.stop()
-    assert jam.pacer.running == 0 and not any(not p.done() for p in jam.pacer.held)
+    assert jam.pacer.running == 0 and all(waiter.done() for waiter, _ in jam.pacer.held)
     outcome = await database_sync_to_async(lambda: JournalEntry.objects.get(pk=entry_id).outcome)()
     assert outcome == "cancelled"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from time import perf_counter
 from typing import Any, ClassVar, TypeVar
 
 import orjson
@@ -316,7 +317,9 @@ class ReplyRoute:
                 if start + offset > loop.time():
                     if due:
                         body = b"".join(due)
+                        sending = perf_counter()
                         await send({"type": "http.response.body", "body": body, "more_body": True})
+                        timer.spent += perf_counter() - sending  # the pacer's measure
                         due = []
                     if start + offset > loop.time():
                         await timer.until(start + offset)

@@ -12,13 +12,18 @@ frame is never sent earlier than its time, nor later by more than it already was
 A loop has room for only so many streams: every frame is a socket write. Near
 that number, one long turn of the loop leaves many frames due at once, sending
 them makes the next turn long too, and every running stream stutters. So the
-pacer watches the loop at its wake-ups: how late they are, and what share of
-the time the loop is busy (its thread's CPU time against the clock). While the
-loop is late or busy, a stream about to begin waits (``begin``); wake-ups that
-find room again let a few begin at a time, in arrival order. Under overload a
-stream's script therefore starts late, as a busy model's first token would, and
-then keeps its time. A few streams always run, so no stream waits forever
-behind a loop that is busy with other work.
+pacer watches the loop at its wake-ups: how late the first wake-up of a turn
+is, and what share of the loop's time the streams' writes take (the streams
+add the time each send took to ``spent``). While the loop is late, or that
+share is high, a stream about to begin waits (``begin``); wake-ups that find
+room again let a few begin at a time, in arrival order. Under overload a
+stream's script therefore starts late, as a busy model's first token would,
+and then keeps its time.
+
+Other work does not hold streams back by keeping the loop busy: the requests
+a turn starts are bounded (``turns.Turnstile``), so their work cannot feed on
+itself the way frames do. A few streams always run, and none waits longer than
+``HOLD_LIMIT_SECONDS``.
 """
 
 from __future__ import annotations
@@ -33,28 +38,35 @@ from staticagents.transport.loop_local import LoopLocal
 SLOT_SECONDS = 0.001
 # A turn that begins its wake-ups later than this has more work than the loop can do on time.
 BEHIND_SECONDS = 0.002
-# The loop's busy share above which no more streams begin: room for the frames' jitter.
-BUSY_SHARE = 0.75
-# Over about this long the busy share is averaged.
-BUSY_WINDOW_SECONDS = 0.02
+# The share of the loop's time that the streams' writes may take before no more begin.
+STREAM_SHARE = 0.4
+# Over about this long that share is averaged.
+SHARE_WINDOW_SECONDS = 0.02
 # Streams let begin per wake-up that finds room: spreads their frames over the slots.
 BEGINS_PER_WAKE = 2
-# This many streams may always run, however busy the loop.
+# This many streams may always run, however late the loop.
 ALWAYS_RUNNING = 8
+# No stream waits longer than this to begin, room or not.
+HOLD_LIMIT_SECONDS = 2.0
 
 
 class Pacer:
     """Wakes the streams of one loop at their frames' times (see the module doc)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, hold_limit: float = HOLD_LIMIT_SECONDS
+    ) -> None:
         self.loop = loop
+        self.hold_limit = hold_limit
         self.slots: dict[int, list[asyncio.Future[None]]] = {}
-        self.held: deque[asyncio.Future[None]] = deque()
+        # Held streams, in arrival order, each with the loop's time it begins at the latest.
+        self.held: deque[tuple[asyncio.Future[None], float]] = deque()
         self.running = 0  # streams between ``begin`` and ``end``
         self.late = 0.0  # how late the loop's last turn began its wake-ups, in seconds
-        self.busy = 0.0  # the loop's busy share, smoothed over BUSY_WINDOW_SECONDS
+        self.spent = 0.0  # seconds the streams' sends have taken, in all (they add to it)
+        self.share = 0.0  # their share of the loop's time, smoothed over SHARE_WINDOW_SECONDS
+        self.measured = (time.monotonic(), 0.0)  # the clock, and ``spent`` then
         self.in_turn = False  # a wake-up has run in this turn of the loop
-        self.measured = (time.monotonic(), time.thread_time())
 
     def until(self, when: float) -> asyncio.Future[None]:
         """A future resolved at ``when`` (the loop's clock), or within the millisecond after.
@@ -80,7 +92,7 @@ class Pacer:
             self.running += 1
             return None
         waiter = self.loop.create_future()
-        self.held.append(waiter)
+        self.held.append((waiter, self.loop.time() + self.hold_limit))
         self._tick()
         return waiter
 
@@ -90,11 +102,11 @@ class Pacer:
             self.running -= 1
 
     def has_room(self) -> bool:
-        """Whether one more stream may begin: as the last wake-ups found the loop (see the
-        module doc). Measures left from long ago correct themselves within a millisecond,
-        at the wake-up that a held stream asks for."""
+        """Whether one more stream may begin, as the last wake-ups found the loop. Measures
+        left from long ago correct themselves within a millisecond, at the wake-up that a
+        held stream asks for."""
         return self.running < ALWAYS_RUNNING or (
-            self.late <= BEHIND_SECONDS and self.busy <= BUSY_SHARE
+            self.late <= BEHIND_SECONDS and self.share <= STREAM_SHARE
         )
 
     def _slot(self, slot: int) -> list[asyncio.Future[None]]:
@@ -115,7 +127,7 @@ class Pacer:
             self.in_turn = True
             self.loop.call_soon(self._turn_over)  # runs after this turn's timers
             self.late = self.loop.time() - slot * SLOT_SECONDS
-            self._measure_busy()
+            self._measure_share()
         for waiter in self.slots.pop(slot):
             if not waiter.done():
                 waiter.set_result(None)
@@ -125,19 +137,21 @@ class Pacer:
     def _turn_over(self) -> None:
         self.in_turn = False
 
-    def _measure_busy(self) -> None:
-        wall, cpu = time.monotonic(), time.thread_time()
-        since, cpu_then = self.measured
-        span = wall - since
+    def _measure_share(self) -> None:
+        now, spent = time.monotonic(), self.spent
+        since, spent_then = self.measured
+        span = now - since
         if span >= SLOT_SECONDS:
-            share = (cpu - cpu_then) / span
-            self.busy += (share - self.busy) * min(1.0, span / BUSY_WINDOW_SECONDS)
-            self.measured = (wall, cpu)
+            share = (spent - spent_then) / span
+            self.share += (share - self.share) * min(1.0, span / SHARE_WINDOW_SECONDS)
+            self.measured = (now, spent)
 
     def _let_begin(self) -> None:
-        held, begun = self.held, 0
-        while held and begun < BEGINS_PER_WAKE and self.has_room():
-            waiter = held.popleft()
+        held, begun, now = self.held, 0, self.loop.time()
+        while held and (
+            (begun < BEGINS_PER_WAKE and self.has_room()) or held[0][1] <= now  # held too long
+        ):
+            waiter = held.popleft()[0]
             if not waiter.done():  # a client that left while held gives up its place
                 waiter.set_result(None)
                 self.running += 1
