@@ -291,8 +291,10 @@ class ReplyRoute:
     async def send_paced(
         self, frames: Iterable[tuple[float, bytes]], closing: bytes | None = None
     ) -> bool:
-        """Send each frame at its offset (seconds from now); False if cut off.
+        """Send each frame at its offset from the stream's start; False if cut off.
 
+        The stream starts now, or, when the loop has no room for one more
+        stream, once the pacer lets it begin (``transport/pacer.py``).
         Offsets are absolute from the stream's start, so drift never accumulates;
         frames that are already due when the loop gets to them (a busy server)
         go out together in one write, so a late stream catches up at once. With

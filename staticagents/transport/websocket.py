@@ -124,7 +124,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def stream(
         self, events: Sequence[dialect.TimedEvent], request_id: str | int | None
     ) -> None:
-        """Send each event at its offset from now; cut off at the configured maximum."""
+        """Send each event at its offset from the stream's start (now, or once the pacer
+        lets it begin); cut off at the configured maximum."""
         loop = asyncio.get_running_loop()
         timer = pacer(loop)
         async with timer.place():  # under overload, a stream waits here to begin
