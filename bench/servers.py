@@ -111,26 +111,34 @@ class Load:
     errors: int
 
 
-def wrk(url: str, body: Path, *, seconds: int, connections: int, threads: int = 2) -> Load:
-    """Drive ``url`` with wrk, POSTing ``body``; requests/s and latency percentiles."""
+def wrk_command(
+    url: str, body: Path, *, seconds: int, connections: int, threads: int = 2
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that drive ``url`` with wrk, POSTing ``body``."""
     if shutil.which("wrk") is None:
         raise RuntimeError("wrk is not installed: apt-get install wrk")
-    output = subprocess.run(
-        [
-            "wrk",
-            f"-t{threads}",
-            f"-c{connections}",
-            f"-d{seconds}s",
-            "--latency",
-            "-s",
-            str(ROOT / "bench" / "post.lua"),
-            url,
-        ],
-        env={**os.environ, "BENCH_BODY_FILE": str(body)},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    command = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--latency",
+        "-s",
+        str(ROOT / "bench" / "post.lua"),
+        url,
+    ]
+    return command, {**os.environ, "BENCH_BODY_FILE": str(body)}
+
+
+def wrk(url: str, body: Path, *, seconds: int, connections: int, threads: int = 2) -> Load:
+    """Drive ``url`` with wrk, POSTing ``body``; requests/s and latency percentiles."""
+    command, env = wrk_command(url, body, seconds=seconds, connections=connections, threads=threads)
+    output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    return parse_wrk(output)
+
+
+def parse_wrk(output: str) -> Load:
+    """wrk's report, as a ``Load``."""
     errors = sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", output))
     errors += sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", output))
     return Load(

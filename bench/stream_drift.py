@@ -16,8 +16,14 @@ when installed) so that its own overhead stays small; it shares the machine's
 cores with the server, as a test suite would, so what it measures is the drift
 a client sees, end to end.
 
+With ``--beside-json N``, wrk keeps the same server busy with JSON replies over
+N connections, from 2 s before the streams open until they end: streams beside
+a load test, where the server must neither hold them back for the load's sake
+nor let the load make them stutter.
+
     python -m bench.stream_drift [--streams 100] [--words 50] [--delay-ms 10]
                                  [--first-ms 0] [--dialect openai|anthropic]
+                                 [--beside-json CONNECTIONS]
 """
 
 from __future__ import annotations
@@ -25,19 +31,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
+import subprocess
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
-from bench.servers import serve
+from bench.servers import Server, parse_wrk, serve, wrk_command
 
 T = TypeVar("T")
 QUERY = "#drift"
+JSON_QUERY = "#json"  # the question of the JSON replies beside the streams
 # Bytes that occur once per content chunk, and once in the stream's first event.
 CONTENT_MARKERS = {"openai": b'"delta":{"content":', "anthropic": b'"type":"text_delta"'}
 FIRST_MARKERS = {"openai": b'"role":"assistant"', "anthropic": b'"type":"message_start"'}
@@ -61,9 +71,34 @@ def fixture(directory: Path, words: int, delay_ms: int, first_ms: int) -> Path:
             "stream": {"first_delay_ms": first_ms, "word_delay_ms": delay_ms},
         },
     }
+    beside = {"name": "json", "match": {"contains": JSON_QUERY}, "response": {"content": "ok"}}
     path = directory / "drift.yml"
-    path.write_text(yaml.safe_dump({"rules": [rule]}))
+    path.write_text(yaml.safe_dump({"rules": [rule, beside]}))
     return path
+
+
+@contextmanager
+def json_load(server: Server, directory: Path, connections: int) -> Iterator[list[str]]:
+    """wrk driving JSON replies on ``server`` from 2 s before the block until its end;
+    what it measured is added to the list yielded, after the block."""
+    body = directory / "json.json"
+    question = {"role": "user", "content": JSON_QUERY}
+    body.write_text(json.dumps({"model": "bench", "messages": [question]}))
+    url = server.url + "/v1/chat/completions"
+    command, env = wrk_command(url, body, seconds=3600, connections=connections)
+    load = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    report: list[str] = []
+    try:
+        time.sleep(2)
+        yield report
+    finally:
+        load.send_signal(signal.SIGINT)  # wrk stops and reports
+        output, _ = load.communicate(timeout=30)
+    figures = parse_wrk(output)
+    report.append(
+        f"beside them: {figures.requests_per_second:.0f} JSON replies/s over {connections} "
+        f"connections, p99 {figures.p99_ms} ms, {figures.errors} errors"
+    )
 
 
 def request(dialect: str, port: int, session: int) -> bytes:
@@ -209,14 +244,28 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=int, default=10)
     parser.add_argument("--first-ms", type=int, default=0)
     parser.add_argument("--dialect", choices=sorted(CONTENT_MARKERS), default="openai")
+    parser.add_argument(
+        "--beside-json",
+        type=int,
+        default=0,
+        metavar="CONNECTIONS",
+        help="keep the server busy with JSON replies over this many wrk connections meanwhile",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
         rules = fixture(directory, args.words, args.delay_ms, args.first_ms)
         database = f"sqlite:///{directory / 'drift.sqlite3'}"
         with serve("static-agents", database_url=database, fixture=rules) as server:
-            streams, elapsed = run_client(measure(args, server.port))
+            beside: list[str] = []
+            if args.beside_json:
+                with json_load(server, directory, args.beside_json) as beside:
+                    streams, elapsed = run_client(measure(args, server.port))
+            else:
+                streams, elapsed = run_client(measure(args, server.port))
     report(streams, args, elapsed)
+    for line in beside:
+        print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import uvloop
 from staticagents.transport.pacer import (
     ALWAYS_RUNNING,
     BEHIND_SECONDS,
+    SEND_CEILING_SECONDS,
     SLOT_SECONDS,
     STREAM_SHARE,
     Pacer,
@@ -122,7 +123,7 @@ async def test_a_late_loop_holds_new_streams_then_lets_them_begin_in_arrival_ord
 
 async def keep_busy(pacer: Pacer, sending: bool) -> None:
     """Turns that wake on time but keep the loop busy almost to the next wake-up: with
-    ``sending``, busy with the streams' writes (as ``send_paced`` counts them in ``spent``),
+    ``sending``, busy with the streams' writes (reported as ``send_paced`` reports them),
     else with other work. Until the pacer has seen a few of them, the last one on time."""
     loop = pacer.loop
     deadline = time.monotonic() + 5
@@ -130,10 +131,11 @@ async def keep_busy(pacer: Pacer, sending: bool) -> None:
     while turns < 20 or (sending and pacer.share <= STREAM_SHARE) or pacer.late > BEHIND_SECONDS:
         assert time.monotonic() < deadline, (pacer.share, pacer.late)
         woke = pacer.until(loop.time() + SLOT_SECONDS)
-        started = time.perf_counter()
-        spin(0.0015)
-        if sending:
-            pacer.spent += time.perf_counter() - started
+        for _ in range(3):  # three sends, or the same time of other work
+            started = time.perf_counter()
+            spin(0.0005)
+            if sending:
+                pacer.sent(started)
         await woke
         turns += 1
 
@@ -154,6 +156,16 @@ async def test_a_loop_busy_with_other_work_lets_streams_begin() -> None:
     await keep_busy(pacer, sending=False)  # JSON replies under a load test, say
     assert pacer.share == 0.0
     assert pacer.begin() is None
+
+
+def test_a_send_that_waited_for_its_client_is_not_counted_as_the_loops_work() -> None:
+    pacer = Pacer(asyncio.new_event_loop())
+    pacer.sent(time.perf_counter() - SEND_CEILING_SECONDS / 10)  # written at once
+    assert 0 < pacer.spent < SEND_CEILING_SECONDS
+    written = pacer.spent
+    pacer.sent(time.perf_counter() - 0.5)  # waited for a slow reader (flow control)
+    assert pacer.spent == written
+    pacer.loop.close()
 
 
 async def test_a_few_streams_always_begin_however_late_the_loop() -> None:

@@ -321,7 +321,7 @@ class ReplyRoute:
                         body = b"".join(due)
                         sending = perf_counter()
                         await send({"type": "http.response.body", "body": body, "more_body": True})
-                        timer.spent += perf_counter() - sending  # the pacer's measure
+                        timer.sent(sending)
                         due = []
                     if start + offset > loop.time():
                         await timer.until(start + offset)

@@ -14,7 +14,7 @@ that number, one long turn of the loop leaves many frames due at once, sending
 them makes the next turn long too, and every running stream stutters. So the
 pacer watches the loop at its wake-ups: how late the first wake-up of a turn
 is, and what share of the loop's time the streams' writes take (the streams
-add the time each send took to ``spent``). While the loop is late, or that
+report each send's duration with ``sent``). While the loop is late, or that
 share is high, a stream about to begin waits (``begin``); wake-ups that find
 room again let a few begin at a time, in arrival order. Under overload a
 stream's script therefore starts late, as a busy model's first token would,
@@ -32,6 +32,7 @@ import asyncio
 import math
 import time
 from collections import deque
+from time import perf_counter
 
 from staticagents.transport.loop_local import LoopLocal
 
@@ -47,7 +48,9 @@ BEGINS_PER_WAKE = 2
 # This many streams may always run, however late the loop.
 ALWAYS_RUNNING = 8
 # No stream waits longer than this to begin, room or not.
-HOLD_LIMIT_SECONDS = 2.0
+HOLD_LIMIT_SECONDS = 10.0
+# A send that took longer than this waited (for a slow client to read, say): not the loop's work.
+SEND_CEILING_SECONDS = 0.001
 
 
 class Pacer:
@@ -63,7 +66,7 @@ class Pacer:
         self.held: deque[tuple[asyncio.Future[None], float]] = deque()
         self.running = 0  # streams between ``begin`` and ``end``
         self.late = 0.0  # how late the loop's last turn began its wake-ups, in seconds
-        self.spent = 0.0  # seconds the streams' sends have taken, in all (they add to it)
+        self.spent = 0.0  # seconds the streams' sends have taken, in all (see ``sent``)
         self.share = 0.0  # their share of the loop's time, smoothed over SHARE_WINDOW_SECONDS
         self.measured = (time.monotonic(), 0.0)  # the clock, and ``spent`` then
         self.in_turn = False  # a wake-up has run in this turn of the loop
@@ -100,6 +103,16 @@ class Pacer:
         """The stream that ``begin`` answered with ``place`` is over: it ran, or gave up."""
         if place is None or (place.done() and not place.cancelled()):
             self.running -= 1
+
+    def sent(self, started: float) -> None:
+        """A stream's send that began at ``started`` (``time.perf_counter()``) is done.
+
+        Only a send that did not wait counts: one held up by flow control (a
+        client slow to read) took the loop no time meanwhile.
+        """
+        took = perf_counter() - started
+        if took < SEND_CEILING_SECONDS:
+            self.spent += took
 
     def has_room(self) -> bool:
         """Whether one more stream may begin, as the last wake-ups found the loop. Measures
