@@ -57,8 +57,12 @@ def main() -> None:
             lambda: replies.run(args.seconds, args.connections, args.rounds),
         ),
         "streams": (
-            "Streams: 1,000 concurrent SSE streams of 50 words, 10 ms apart",
-            lambda: [stream_drift.run(streams=1000, words=50, delay_ms=10)],
+            "Streams: SSE streams of 50 words, 10 ms apart: 1,000 at once; and 40 beside a "
+            "JSON load (wrk, 64 connections) on the same server",
+            lambda: [
+                stream_drift.run(streams=1000, words=50, delay_ms=10),
+                stream_drift.run(streams=40, words=50, delay_ms=10, beside_json=64),
+            ],
         ),
         "matching": ("Matching: the pure matcher, the answering rule last", matching.run),
         "fixtures": ("Fixtures: 10,000 rules", fixtures),

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from bench.servers import Server, parse_wrk, serve, wrk_command
+from bench.servers import Load, Server, parse_wrk, serve, wrk_command
 
 T = TypeVar("T")
 QUERY = "#drift"
@@ -78,7 +78,7 @@ def fixture(directory: Path, words: int, delay_ms: int, first_ms: int) -> Path:
 
 
 @contextmanager
-def json_load(server: Server, directory: Path, connections: int) -> Iterator[list[str]]:
+def json_load(server: Server, directory: Path, connections: int) -> Iterator[list[Load]]:
     """wrk driving JSON replies on ``server`` from 2 s before the block until its end;
     what it measured is added to the list yielded, after the block."""
     body = directory / "json.json"
@@ -87,18 +87,14 @@ def json_load(server: Server, directory: Path, connections: int) -> Iterator[lis
     url = server.url + "/v1/chat/completions"
     command, env = wrk_command(url, body, seconds=3600, connections=connections)
     load = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
-    report: list[str] = []
+    measured: list[Load] = []
     try:
         time.sleep(2)
-        yield report
+        yield measured
     finally:
         load.send_signal(signal.SIGINT)  # wrk stops and reports
         output, _ = load.communicate(timeout=30)
-    figures = parse_wrk(output)
-    report.append(
-        f"beside them: {figures.requests_per_second:.0f} JSON replies/s over {connections} "
-        f"connections, p99 {figures.p99_ms} ms, {figures.errors} errors"
-    )
+    measured.append(parse_wrk(output))
 
 
 def request(dialect: str, port: int, session: int) -> bytes:
@@ -177,8 +173,11 @@ def drifts(streams: list[Stream], words: int, delay_ms: int, first_ms: int) -> l
     return result
 
 
-def summary(streams: list[Stream], args: argparse.Namespace, elapsed: float) -> dict[str, Any]:
-    """The figures of one run: completion, chunk rate, drift and time to first event."""
+def summary(
+    streams: list[Stream], args: argparse.Namespace, elapsed: float, beside: Load | None = None
+) -> dict[str, Any]:
+    """The figures of one run: completion, chunk rate, drift and time to first event, and the
+    JSON replies a second that wrk had answered beside the streams (``--beside-json``)."""
     complete = sum(1 for s in streams if s.complete and len(s.chunks) == args.words)
     values = drifts(streams, args.words, args.delay_ms, args.first_ms)
     ttfb = [((s.first or s.sent) - s.sent) * 1000 for s in streams]
@@ -192,18 +191,20 @@ def summary(streams: list[Stream], args: argparse.Namespace, elapsed: float) -> 
         "first event p50 ms": round(percentile(ttfb, 0.5), 1),
         "first event p99 ms": round(percentile(ttfb, 0.99), 1),
         "seconds": round(elapsed, 2),
+        "JSON replies/s beside": round(beside.requests_per_second) if beside else "-",
     }
 
 
-def report(streams: list[Stream], args: argparse.Namespace, elapsed: float) -> None:
-    figures = summary(streams, args, elapsed)
+def report(figures: dict[str, Any], args: argparse.Namespace) -> None:
     script_ms = args.first_ms + (args.words - 1) * args.delay_ms
+    beside = f", beside a JSON load ({args.beside_json} connections)" if args.beside_json else ""
     print(
         f"{args.streams} concurrent {args.dialect} streams, {args.words} words every "
-        f"{args.delay_ms} ms (script {script_ms} ms)"
+        f"{args.delay_ms} ms (script {script_ms} ms){beside}"
     )
     for name, value in figures.items():
-        print(f"  {name:<20} {value}")
+        if value != "-":  # a figure this run has not measured
+            print(f"  {name:<22} {value}")
 
 
 async def measure(args: argparse.Namespace, port: int) -> tuple[list[Stream], float]:
@@ -223,18 +224,35 @@ def run_client(work: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(work)
 
 
-def run(streams: int = 1000, words: int = 50, delay_ms: int = 10) -> dict[str, Any]:
-    """Measure once with the given shape and return the summary (for bench.run)."""
-    args = argparse.Namespace(
-        streams=streams, words=words, delay_ms=delay_ms, first_ms=0, dialect="openai"
-    )
+def measure_served(args: argparse.Namespace) -> dict[str, Any]:
+    """Start a server for the shape in ``args``, measure once, and return the summary."""
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
-        rules = fixture(directory, words, delay_ms, 0)
+        rules = fixture(directory, args.words, args.delay_ms, args.first_ms)
         database = f"sqlite:///{directory / 'drift.sqlite3'}"
         with serve("static-agents", database_url=database, fixture=rules) as server:
-            measured, elapsed = run_client(measure(args, server.port))
-    return summary(measured, args, elapsed)
+            if not args.beside_json:
+                streams, elapsed = run_client(measure(args, server.port))
+                return summary(streams, args, elapsed)
+            with json_load(server, directory, args.beside_json) as beside:
+                streams, elapsed = run_client(measure(args, server.port))
+            return summary(streams, args, elapsed, beside[0])
+
+
+def run(
+    streams: int = 1000, words: int = 50, delay_ms: int = 10, beside_json: int = 0
+) -> dict[str, Any]:
+    """Measure once with the given shape and return the summary (for bench.run)."""
+    return measure_served(
+        argparse.Namespace(
+            streams=streams,
+            words=words,
+            delay_ms=delay_ms,
+            first_ms=0,
+            dialect="openai",
+            beside_json=beside_json,
+        )
+    )
 
 
 def main() -> None:
@@ -252,20 +270,7 @@ def main() -> None:
         help="keep the server busy with JSON replies over this many wrk connections meanwhile",
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        directory = Path(scratch)
-        rules = fixture(directory, args.words, args.delay_ms, args.first_ms)
-        database = f"sqlite:///{directory / 'drift.sqlite3'}"
-        with serve("static-agents", database_url=database, fixture=rules) as server:
-            beside: list[str] = []
-            if args.beside_json:
-                with json_load(server, directory, args.beside_json) as beside:
-                    streams, elapsed = run_client(measure(args, server.port))
-            else:
-                streams, elapsed = run_client(measure(args, server.port))
-    report(streams, args, elapsed)
-    for line in beside:
-        print(f"  {line}")
+    report(measure_served(args), args)
 
 
 if __name__ == "__main__":
