@@ -94,7 +94,11 @@ def fill(pacer: Pacer) -> None:
 
 async def test_streams_begin_at_once_while_the_loop_keeps_time() -> None:
     pacer = Pacer(asyncio.get_running_loop())
-    await asyncio.gather(*(pacer.until(pacer.loop.time() + 0.002) for _ in range(10)))
+    deadline = time.monotonic() + 5
+    await pacer.until(pacer.loop.time() + 0.002)
+    while pacer.late > BEHIND_SECONDS:  # a shared machine may have kept us from the loop
+        assert time.monotonic() < deadline, pacer.late
+        await pacer.until(pacer.loop.time() + 0.002)
     places = [pacer.begin() for _ in range(ALWAYS_RUNNING + 10)]
     assert places == [None] * (ALWAYS_RUNNING + 10)
     assert pacer.running == ALWAYS_RUNNING + 10
