@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections import deque
 from time import perf_counter
 
@@ -68,7 +67,7 @@ class Pacer:
         self.late = 0.0  # how late the loop's last turn began its wake-ups, in seconds
         self.spent = 0.0  # seconds the streams' sends have taken, in all (see ``sent``)
         self.share = 0.0  # their share of the loop's time, smoothed over SHARE_WINDOW_SECONDS
-        self.measured = (time.monotonic(), 0.0)  # the clock, and ``spent`` then
+        self.measured = (perf_counter(), 0.0)  # the clock, and ``spent`` then
         self.in_turn = False  # a wake-up has run in this turn of the loop
 
     def until(self, when: float) -> asyncio.Future[None]:
@@ -105,7 +104,7 @@ class Pacer:
             self.running -= 1
 
     def sent(self, started: float) -> None:
-        """A stream's send that began at ``started`` (``time.perf_counter()``) is done.
+        """A stream's send that began at ``started`` (``perf_counter()``) is done.
 
         Only a send that did not wait counts: one held up by flow control (a
         client slow to read) took the loop no time meanwhile.
@@ -151,7 +150,7 @@ class Pacer:
         self.in_turn = False
 
     def _measure_share(self) -> None:
-        now, spent = time.monotonic(), self.spent
+        now, spent = perf_counter(), self.spent
         since, spent_then = self.measured
         span = now - since
         if span >= SLOT_SECONDS:
