@@ -35,7 +35,7 @@ def run(rules: int) -> list[dict[str, Any]]:
     from django.test import Client
 
     from bench.matching import rule_documents
-    from staticagents.fixtures import dump_fixture, load_fixture
+    from staticagents.document.files import dump_fixture, load_fixture
     from staticagents.selectors import export_document
     from staticagents.services import import_fixture
 

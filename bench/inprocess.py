@@ -4,7 +4,7 @@
 
 The replies benchmark measures the service under uvicorn, where the server's own
 work (parsing HTTP, the socket writes) is in every figure. This one drives
-``project.asgi.application`` directly, from ``--concurrency`` coroutines on
+``staticagents.asgi.application`` directly, from ``--concurrency`` coroutines on
 uvloop, with the replies benchmark's 100 rules and request body, and prints the
 CPU time of the event loop's thread per request, journal on and journal off in
 alternating rounds of the same process (each keeps its best round), and how many
@@ -56,7 +56,7 @@ class Rounds:
         self.rows = 0
 
     def install(self) -> None:
-        from staticagents.batching import LoopJournal
+        from staticagents.replying.journal import LoopJournal
 
         count, commit = self, LoopJournal._round
 
@@ -134,7 +134,7 @@ def run(
     import_fixture(read_fixture(str(ours)))
     body = openai_body.read_bytes()
 
-    from project.asgi import application
+    from staticagents.asgi import application
 
     commits = Rounds()
     commits.install()

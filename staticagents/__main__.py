@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one management command (``serve``, ``import_fixture``, ``migrate``, ...)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "staticagents.settings")
     from django.core.management import execute_from_command_line
 
     arguments = list(sys.argv[1:] if argv is None else argv)

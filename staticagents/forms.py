@@ -10,8 +10,8 @@ from django.contrib.admin.widgets import AdminTextareaWidget
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 
-from staticagents.fixtures import load_fixture
-from staticagents.schema import DocumentInvalid
+from staticagents.document.files import load_fixture
+from staticagents.document.schema import DocumentInvalid
 
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 COMPACT_JSON_WIDTH = 60

@@ -2,7 +2,7 @@
 
 Columns mirror the fixture format (DESIGN section 2) one to one, so a rule can be
 edited field by field in the admin. Each model's ``clean()`` validates through
-the same schema as the YAML import (``staticagents.schema``): one gate per rule.
+the same schema as the YAML import (``staticagents.document.schema``): one gate per rule.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from staticagents import schema
+from staticagents.document import schema
 
 CONFIDENCE_CHOICES = [(c, c) for c in schema.CONFIDENCES]
 FINISH_CHOICES = [(f, f) for f in schema.FINISH_REASONS]

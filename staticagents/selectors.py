@@ -13,7 +13,6 @@ from django.db import connection, transaction
 from django.db.models import Count, QuerySet, Value
 from django.db.models.functions import StrIndex
 
-from staticagents.batching import STAMP_SQL, reply_store
 from staticagents.core.matching import Ruleset, compile_ruleset
 from staticagents.models import (
     ControlToken,
@@ -22,6 +21,7 @@ from staticagents.models import (
     JournalEntry,
     Rule,
 )
+from staticagents.replying.journal import STAMP_SQL, reply_store
 
 _snapshot: Ruleset | None = None
 _snapshot_lock = threading.Lock()

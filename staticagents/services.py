@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, Max
 
+from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
 from staticagents.models import (
     ControlToken,
     Defaults,
@@ -19,7 +20,6 @@ from staticagents.models import (
     RulesetState,
     SessionCounter,
 )
-from staticagents.schema import DocumentInvalid, FieldError, name_rules
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """uvicorn serving ``project.asgi.application`` in a background thread."""
+    """uvicorn serving ``staticagents.asgi.application`` in a background thread."""
 
     def __init__(self) -> None:
         import uvicorn
 
-        from project.asgi import application
+        from staticagents.asgi import application
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -72,7 +72,7 @@ def live_url(live_server_session: LiveServer, transactional_db: None) -> str:
 @pytest.fixture
 def load_rules(db: None) -> Callable[[Any], dict[str, Any]]:
     """Validate and import a fixture given as a mapping, YAML text or a path."""
-    from staticagents.fixtures import load_fixture
+    from staticagents.document.files import load_fixture
     from staticagents.services import import_fixture
 
     def load(source: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from django.forms import CheckboxInput
 from django.test import Client
 from django.urls import reverse
 
-from staticagents.fixtures import dump_fixture
+from staticagents.document.files import dump_fixture
 from staticagents.models import (
     Defaults,
     Fallback,

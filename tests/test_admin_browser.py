@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
-from staticagents.fixtures import load_fixture
+from staticagents.document.files import load_fixture
 from staticagents.models import Rule
 from staticagents.services import import_fixture
 

@@ -34,9 +34,13 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from staticagents.dialects import adk, anthropic, galaxy, openai, websocket
-from staticagents.dialects.llm import InvalidRequest
-from staticagents.transport.http import RequestRejected, parse_json_object
+from staticagents.dialects.adk import wire as adk
+from staticagents.dialects.anthropic import wire as anthropic
+from staticagents.dialects.galaxy import wire as galaxy
+from staticagents.dialects.llm.wire import InvalidRequest
+from staticagents.dialects.openai import wire as openai
+from staticagents.dialects.websocket import wire as websocket
+from staticagents.serving.route import RequestRejected, parse_json_object
 from tests.conftest import CONTROL_TOKEN
 
 # Deeply nested generated values have long reprs; hypothesis warns when it builds one.

@@ -1,1 +1,2 @@
-"""Dialects: one parser and one renderer per wire format, around the pure core."""
+"""One package per wire format: its pure ``wire`` module (parse a request, render a reply)
+and its edge (the routes, views or consumer that serve it)."""

@@ -7,7 +7,7 @@
 * ``staticagents.testing.server``: ``StaticAgentsServer``, the service in a subprocess.
 * ``staticagents.testing.assertions``: ``assert_no_credentials``,
   ``assert_tool_result_sent``, ``assert_system_prompt``.
-* ``staticagents.client``: the client and the reply helpers (``text``,
+* ``staticagents.testing.client``: the client and the reply helpers (``text``,
   ``tool_call``, ``thinking``, ``error``).
 
 This package imports nothing itself: pytest imports the plugin in every run of

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from staticagents.client import RecordedRequest, StaticAgentsClient
+from staticagents.testing.client import RecordedRequest, StaticAgentsClient
 
 Requests = StaticAgentsClient | Iterable[RecordedRequest]
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from staticagents.client import FixtureSource, StaticAgentsClient
+    from staticagents.testing.client import FixtureSource, StaticAgentsClient
     from staticagents.testing.server import StaticAgentsServer
 
 MARKER = "static_agents_fixture"
@@ -88,7 +88,7 @@ def static_agents(
     request: pytest.FixtureRequest,
 ) -> Iterator[StaticAgentsClient]:
     """A client on a new session, the rules replaced with the test's fixture (or the demo)."""
-    from staticagents.client import new_session_key
+    from staticagents.testing.client import new_session_key
     from staticagents.testing.server import DEFAULT_FIXTURE
 
     client = static_agents_server.client(session=new_session_key(session_prefix(request)))
@@ -113,7 +113,7 @@ def static_agents(
 
 def install_test_fixture(client: StaticAgentsClient, fixture: FixtureSource) -> None:
     """Install the test's fixture; a refusal fails the test's setup with the reason alone."""
-    from staticagents.client import StaticAgentsError
+    from staticagents.testing.client import StaticAgentsError
 
     try:
         client.install(fixture)

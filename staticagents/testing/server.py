@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 import staticagents
-from staticagents.client import ServiceUnreachable, StaticAgentsClient, new_session_key
+from staticagents.testing.client import ServiceUnreachable, StaticAgentsClient, new_session_key
 
 # Variables of the user's own environment that would point the service at their
 # settings, database, channel layer or code; STATIC_AGENTS_* are dropped as well.
@@ -133,7 +133,7 @@ class StaticAgentsServer:
             if name not in FOREIGN_VARIABLES and not name.startswith("STATIC_AGENTS_")
         }
         environment.update(
-            DJANGO_SETTINGS_MODULE="project.settings",
+            DJANGO_SETTINGS_MODULE="staticagents.settings",
             DATABASE_URL=f"sqlite:///{self.workdir / 'db.sqlite3'}",
             STATIC_AGENTS_CONTROL_TOKEN=self.token,
             PYTHONUNBUFFERED="1",

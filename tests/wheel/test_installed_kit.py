@@ -24,12 +24,12 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 import staticagents
-from staticagents.client import StaticAgentsClient, tool_call
 from staticagents.testing.assertions import (
     assert_no_credentials,
     assert_system_prompt,
     assert_tool_result_sent,
 )
+from staticagents.testing.client import StaticAgentsClient, tool_call
 
 API_KEY = "sk-proj-wheelcheck0123456789abcdefghij"
 WEATHER_TOOL: Any = {

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from staticagents.fixtures import dump_fixture
+from staticagents.document.files import dump_fixture
 from staticagents.selectors import export_document
 
 

@@ -1,3 +1,5 @@
+"""``serve``: migrate, load a fixture, then serve HTTP and WebSocket with uvicorn."""
+
 from __future__ import annotations
 
 import os
@@ -44,7 +46,8 @@ class Command(BaseCommand):
         import uvicorn
 
         uvicorn.run(
-            "project.asgi:application",
+            "staticagents.asgi:served_application",
+            factory=True,
             host=options["host"],
             port=options["port"],
             workers=options["workers"],

@@ -1,0 +1,335 @@
+"""The admin: curate the rules (in order), the defaults and the fallback.
+
+Validation is the models' ``clean()`` (the fixture schema), so a rule saved
+here is judged exactly as one imported from YAML. Every change bumps the
+ruleset version: saves through the signals, reorders and deletes through the
+services, bulk updates explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.db import models, transaction
+from django.db.models import Max, OuterRef, QuerySet, Subquery
+from django.forms import BaseInlineFormSet, ModelForm
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import truncatechars
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
+
+from staticagents.admin import views as admin_views
+from staticagents.forms import GrowingTextarea, OptionalJSONField, RuleResponseFormSet
+from staticagents.models import Defaults, Fallback, Rule, RuleResponse
+from staticagents.services import bump_version, delete_rule, reorder_rules
+
+admin.site.site_header = "Static Agents"
+admin.site.site_title = "Static Agents"
+admin.site.index_title = "Rules, defaults and fallback"
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldsetSpec
+
+    RuleAdminBase = admin.ModelAdmin[Rule]
+    ResponseInlineBase = admin.StackedInline[RuleResponse, Rule]
+    SingletonAdminBase = admin.ModelAdmin[Any]
+else:  # the admin classes are not subscriptable at run time
+    RuleAdminBase = SingletonAdminBase = admin.ModelAdmin
+    ResponseInlineBase = admin.StackedInline
+
+PREVIEW_LENGTH = 80
+MOVE_LABELS = {
+    "top": ("⤒", "Move to the top"),
+    "up": ("↑", "Move up one place"),
+    "down": ("↓", "Move down one place"),
+    "bottom": ("⤓", "Move to the bottom"),
+}
+
+# Blank text means "not set" (absent in the fixture), never an empty string.
+BLANK_IS_ABSENT: dict[type[models.Field[Any, Any]], dict[str, Any]] = {
+    models.TextField: {"widget": GrowingTextarea, "empty_value": None},
+    models.JSONField: {"form_class": OptionalJSONField, "widget": GrowingTextarea},
+}
+RESPONSE_FIELDSETS: _FieldsetSpec = [
+    (
+        None,
+        {"fields": ["content", "confidence", "agent_type", "reasoning", "suggestions", "metadata"]},
+    ),
+    (
+        "Scripting",
+        {
+            "fields": [
+                "thinking",
+                "tool_calls",
+                "finish_reason",
+                "error",
+                "retry_after",
+                "fail_first",
+                "template",
+                "stream",
+                "usage",
+            ],
+            "description": "Optional: tool calls, scripted errors, flaky answers and timing.",
+        },
+    ),
+]
+
+
+class RuleResponseInline(ResponseInlineBase):
+    model = RuleResponse
+    formset = RuleResponseFormSet
+    verbose_name = "response"
+    verbose_name_plural = "responses (sent in position order, one per match)"
+    formfield_overrides = BLANK_IS_ABSENT
+    fieldsets = [(None, {"fields": ["position"]}), *RESPONSE_FIELDSETS]
+
+    def get_extra(self, request: HttpRequest, obj: Rule | None = None, **kwargs: Any) -> int:
+        # A new rule gets a blank response to fill in; an existing one adds with "Add another".
+        return 1 if obj is None or not obj.responses.exists() else 0
+
+
+@admin.register(Rule)
+class RuleAdmin(RuleAdminBase):
+    inlines = [RuleResponseInline]
+    list_display_links = ["name"]
+    list_filter = [("match_agent_type", admin.AllValuesFieldListFilter), "enabled"]
+    search_fields = [
+        "name",
+        "match_agent_type",
+        "match_query",
+        "match_contains",
+        "match_context",
+        "match_model",
+        "match_system",
+        "responses__content",
+    ]
+    # The list always shows the rules in the order they are tried.
+    sortable_by = ()
+    list_per_page = 200
+    actions = ["enable_rules", "disable_rules"]
+    formfield_overrides = BLANK_IS_ABSENT
+    fieldsets = [
+        (None, {"fields": ["name", "enabled"]}),
+        (
+            "Match",
+            {
+                "fields": [
+                    "match_agent_type",
+                    "match_query",
+                    "match_contains",
+                    "match_context",
+                    "match_model",
+                    "match_system",
+                    "match_dialect",
+                    "match_turn",
+                    "match_tool_result",
+                ],
+                "description": "Every predicate given must hold; a blank one is not checked. "
+                "Regexes use Python's re.search (unanchored).",
+            },
+        ),
+        ("Sequence", {"fields": ["on_exhausted"]}),
+    ]
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        return [
+            self.move_buttons(request),
+            "place",
+            "name",
+            "agent_type",
+            "query",
+            "content_preview",
+            "enabled",
+        ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Rule]:
+        first_content = (
+            RuleResponse.objects.filter(rule=OuterRef("pk"))
+            .order_by("position", "id")
+            .values("content")[:1]
+        )
+        return super().get_queryset(request).annotate(first_content=Subquery(first_content))
+
+    @admin.display(description="#")
+    def place(self, rule: Rule) -> int:
+        return rule.position + 1
+
+    @admin.display(description="agent type", empty_value="any")
+    def agent_type(self, rule: Rule) -> str | None:
+        return rule.match_agent_type
+
+    @admin.display(description="query")
+    def query(self, rule: Rule) -> str | None:
+        return rule.match_query
+
+    @admin.display(description="content")
+    def content_preview(self, rule: Rule) -> str | None:
+        content: str | None = getattr(rule, "first_content", None)
+        return truncatechars(content, PREVIEW_LENGTH) if content else None
+
+    def move_buttons(self, request: HttpRequest) -> Callable[[Rule], SafeString]:
+        """A list column of move buttons; they post the list's form (and its CSRF token)."""
+        query = admin_views.move_query(request)
+        base = reverse(f"{self.admin_site.name}:staticagents_rule_changelist")
+        ends: list[int | None] = []  # the first and last rule, read once per page
+
+        @admin.display(description="move")
+        def move(rule: Rule) -> SafeString:
+            if not ends:
+                ends.extend(first_and_last_rule())
+            stuck = {
+                "top": rule.pk == ends[0],
+                "up": rule.pk == ends[0],
+                "down": rule.pk == ends[1],
+                "bottom": rule.pk == ends[1],
+            }
+            return format_html_join(
+                "",
+                '<button type="submit" name="move" value="{}" formaction="{}{}/move/{}/{}" '
+                'title="{}" aria-label="{}: {}"{}>{}</button>',
+                (
+                    (
+                        direction,
+                        base,
+                        rule.pk,
+                        direction,
+                        query,
+                        title,
+                        title,
+                        rule.name,
+                        " disabled" if stuck[direction] else "",
+                        symbol,
+                    )
+                    for direction, (symbol, title) in MOVE_LABELS.items()
+                ),
+            )
+
+        return move
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        own = [
+            path("upload/", view(self.upload_view), name=f"{info}_upload_fixture"),
+            path("download/", view(self.download_view), name=f"{info}_download_fixture"),
+            path(
+                "<path:object_id>/move/<str:direction>/", view(self.move_view), name=f"{info}_move"
+            ),
+        ]
+        return own + super().get_urls()
+
+    def upload_view(self, request: HttpRequest) -> HttpResponse:
+        return admin_views.upload_view(self, request)
+
+    def download_view(self, request: HttpRequest) -> HttpResponse:
+        return admin_views.download_view(self, request)
+
+    def move_view(self, request: HttpRequest, object_id: str, direction: str) -> HttpResponse:
+        return admin_views.move_view(self, request, object_id, direction)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = {"can_upload_fixture": self.has_change_permission(request), **(extra_context or {})}
+        return super().changelist_view(request, extra)
+
+    def save_model(
+        self, request: HttpRequest, obj: Rule, form: ModelForm[Rule], change: bool
+    ) -> None:
+        if not change:  # a new rule goes last, where it cannot shadow an existing one
+            top = Rule.objects.aggregate(top=Max("position"))["top"]
+            obj.position = 0 if top is None else top + 1
+        super().save_model(request, obj, form, change)
+
+    def save_formset(
+        self,
+        request: HttpRequest,
+        form: ModelForm[Rule],
+        formset: BaseInlineFormSet[Any, Any, Any],
+        change: bool,
+    ) -> None:
+        super().save_formset(request, form, formset, change)
+        renumber_responses(form.instance)
+
+    def delete_model(self, request: HttpRequest, obj: Rule) -> None:
+        with transaction.atomic():
+            delete_rule(name=obj.name)  # its responses and session counters go too
+            reorder_rules(names=[])  # close the gap, so "#" stays the rule's place
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
+        # One by one through the service: QuerySet.delete() would leave the counters behind.
+        with transaction.atomic():
+            for name in list(queryset.values_list("name", flat=True)):
+                delete_rule(name=name)
+            reorder_rules(names=[])
+
+    @admin.action(description="Enable selected rules", permissions=["change"])
+    def enable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
+        self._set_enabled(request, queryset, enabled=True)
+
+    @admin.action(description="Disable selected rules", permissions=["change"])
+    def disable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
+        self._set_enabled(request, queryset, enabled=False)
+
+    def _set_enabled(
+        self, request: HttpRequest, queryset: QuerySet[Rule], *, enabled: bool
+    ) -> None:
+        with transaction.atomic():  # update() sends no signal: bump the version here
+            count = queryset.update(enabled=enabled)
+            bump_version()
+        state = "enabled" if enabled else "disabled"
+        self.message_user(request, f"{count} rule(s) {state}.", messages.SUCCESS)
+
+
+def first_and_last_rule() -> tuple[int | None, int | None]:
+    ordered = Rule.objects.values_list("pk", flat=True)
+    return (
+        ordered.order_by("position", "id").first(),
+        ordered.order_by("-position", "-id").first(),
+    )
+
+
+def renumber_responses(rule: Rule) -> None:
+    """Number a rule's responses 0..n-1 in their order (ties: the older one first)."""
+    responses = list(rule.responses.order_by("position", "id"))
+    for place, response in enumerate(responses):
+        response.position = place
+    RuleResponse.objects.bulk_update(responses, ["position"])
+
+
+class SingletonAdmin(SingletonAdminBase):
+    """A model with at most one row, pk=1: its list leads straight to that row."""
+
+    formfield_overrides = BLANK_IS_ABSENT
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and not self.model.objects.exists()
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        info = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}"
+        existing = self.model.objects.order_by("pk").first()
+        if existing is not None:
+            return HttpResponseRedirect(reverse(f"{info}_change", args=[existing.pk]))
+        if self.has_add_permission(request):
+            return HttpResponseRedirect(reverse(f"{info}_add"))
+        return super().changelist_view(request, extra_context)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.pk = 1  # the services and selectors read the row with pk=1
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(Defaults)
+class DefaultsAdmin(SingletonAdmin):
+    fields = ["confidence", "stream"]
+
+
+@admin.register(Fallback)
+class FallbackAdmin(SingletonAdmin):
+    fieldsets = RESPONSE_FIELDSETS

@@ -1,0 +1,130 @@
+"""The admin's own pages for rules: move a rule, upload a fixture, download the current one.
+
+Each view checks the model admin's permissions, calls a service or selector and
+answers with a redirect, a page or a file; the admin site wraps them (login,
+CSRF, no caching).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from staticagents.document.files import dump_fixture
+from staticagents.forms import FixtureUploadForm
+from staticagents.models import Rule
+from staticagents.selectors import export_document
+from staticagents.services import import_fixture, reorder_rules
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+
+MOVES = ("top", "up", "down", "bottom")
+EXPORT_FILENAME = "static_agents.yml"
+
+
+def move_rule(rule: Rule, direction: str) -> int:
+    """Move a rule one place up or down, or to the top or bottom; return its new index."""
+    with transaction.atomic():
+        order = list(
+            Rule.objects.select_for_update()
+            .order_by("position", "id")
+            .values_list("name", flat=True)
+        )
+        index = order.index(rule.name)
+        target = {"top": 0, "up": index - 1, "down": index + 1, "bottom": len(order) - 1}[direction]
+        target = max(0, min(target, len(order) - 1))
+        if target == index:
+            return index
+        order.insert(target, order.pop(index))
+        reorder_rules(names=order)  # renumbers 0..n-1 and bumps the version
+    return target
+
+
+def changelist_url(model_admin: ModelAdmin[Rule], request: HttpRequest) -> str:
+    """The rule list, with the filters and search the user came from."""
+    url = reverse(f"{model_admin.admin_site.name}:staticagents_rule_changelist")
+    filters = request.GET.get("_changelist_filters")
+    return f"{url}?{filters}" if filters else url
+
+
+def move_view(
+    model_admin: ModelAdmin[Rule], request: HttpRequest, object_id: str, direction: str
+) -> HttpResponse:
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not model_admin.has_change_permission(request):
+        raise PermissionDenied
+    if direction not in MOVES:
+        raise Http404(f"unknown move {direction!r}: one of {', '.join(MOVES)}")
+    rule = get_object_or_404(Rule, pk=object_id)
+    place = move_rule(rule, direction)
+    messages.success(request, f"“{rule.name}” is now rule #{place + 1}.")
+    return HttpResponseRedirect(changelist_url(model_admin, request))
+
+
+def move_query(request: HttpRequest) -> str:
+    """The query string a move button carries, so the list looks the same afterwards."""
+    filters = request.GET.urlencode()
+    return f"?{urlencode({'_changelist_filters': filters})}" if filters else ""
+
+
+def download_view(model_admin: ModelAdmin[Rule], request: HttpRequest) -> HttpResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    text = dump_fixture(export_document())
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{EXPORT_FILENAME}"'
+    return response
+
+
+def upload_view(model_admin: ModelAdmin[Rule], request: HttpRequest) -> HttpResponse:
+    if not model_admin.has_change_permission(request):
+        raise PermissionDenied
+    if request.method == "POST":
+        form = FixtureUploadForm(request.POST, request.FILES)
+        if form.is_valid():
+            return _import_upload(model_admin, request, form)
+    else:
+        form = FixtureUploadForm()
+    context: dict[str, Any] = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": "Upload a fixture",
+        "form": form,
+        "changelist_url": changelist_url(model_admin, request),
+    }
+    return TemplateResponse(request, "admin/staticagents/rule/upload_fixture.html", context)
+
+
+def _import_upload(
+    model_admin: ModelAdmin[Rule], request: HttpRequest, form: FixtureUploadForm
+) -> HttpResponse:
+    merge = form.cleaned_data["mode"] == "merge"
+    # Replacing deletes every rule not in the file: that takes the right to delete.
+    if not merge and not model_admin.has_delete_permission(request):
+        raise PermissionDenied
+    dry_run = form.cleaned_data["dry_run"]
+    result = import_fixture(form.cleaned_data["fixture"], merge=merge, dry_run=dry_run)
+    mode = "merge" if merge else "replace"
+    if dry_run:
+        messages.info(
+            request, f"Dry run of {form.source_name} ({mode}): {result.summary()}. Nothing changed."
+        )
+        return HttpResponseRedirect(request.path)
+    messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
+    return HttpResponseRedirect(changelist_url(model_admin, request))

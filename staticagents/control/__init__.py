@@ -1,0 +1,1 @@
+"""The control API under ``/control/``: rules, fixtures, journal, sessions, counters, explain."""

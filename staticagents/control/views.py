@@ -1,0 +1,407 @@
+"""The control API (``/control/``): rules, fixtures, the journal, sessions, counters, explain.
+
+Tests and people drive the service through it. Every route needs the control
+token (``Authorization: Bearer …``) or a staff session; anything else gets 401
+and changes nothing. Rules travel in fixture form and pass the same schema as a
+YAML import; every error has the shape ``{"errors": [{path, message, code}]}``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass
+from typing import IO, Any
+
+import orjson
+from django.conf import settings
+from django.http import HttpResponse
+from rest_framework import serializers
+from rest_framework.authentication import (
+    BaseAuthentication,
+    SessionAuthentication,
+    get_authorization_header,
+)
+from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from staticagents.core.inquiry import DIALECTS, Inquiry
+from staticagents.core.matching import explain_inquiry
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.document import schema
+from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
+from staticagents.models import ControlToken, JournalEntry, Rule
+from staticagents.selectors import (
+    active_ruleset,
+    export_document,
+    journal_counters,
+    journal_entries,
+    stored_control_token_digest,
+    stored_document,
+)
+from staticagents.services import (
+    clear_journal,
+    create_rule,
+    delete_rule,
+    import_fixture,
+    reorder_rules,
+    reset_counters,
+    reset_session,
+    update_rule,
+)
+
+# -- authentication ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControlClient:
+    """Whoever presented the control token (DRF's ``request.user`` for token requests)."""
+
+    is_authenticated: bool = True
+    is_staff: bool = False
+
+
+def control_token_matches(token: str) -> bool:
+    """The configured token when there is one, else the one ``serve`` created and stored."""
+    configured = settings.STATIC_AGENTS_CONTROL_TOKEN
+    if configured:
+        return secrets.compare_digest(token.encode(), configured.encode())
+    stored = stored_control_token_digest()
+    return stored is not None and secrets.compare_digest(ControlToken.digest_of(token), stored)
+
+
+class ControlTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[ControlClient, str] | None:
+        scheme, _, token = get_authorization_header(request).decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer":
+            return None  # maybe a staff session
+        if not control_token_matches(token.strip()):
+            raise AuthenticationFailed("invalid control token")
+        return ControlClient(), token
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="static-agents-control"'
+
+
+class StaffSessionAuthentication(SessionAuthentication):
+    """A logged-in staff user (the admin's session); CSRF is enforced as for any session."""
+
+    def authenticate(self, request: Request) -> tuple[Any, None] | None:
+        user = getattr(request._request, "user", None)
+        if user is None or not (user.is_active and user.is_staff):
+            return None
+        self.enforce_csrf(request)
+        return user, None
+
+
+class JSONBodyParser(JSONParser):
+    """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail)."""
+
+    def parse(
+        self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
+    ) -> Any:
+        raw = stream.read()
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        where = nul_in_json(raw, payload)
+        if where is not None:
+            raise ParseError(f"{where}: {NUL_PROBLEM}")
+        return payload
+
+
+class ControlView(APIView):
+    authentication_classes = [ControlTokenAuthentication, StaffSessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    renderer_classes = [JSONRenderer]
+    parser_classes = [JSONBodyParser]
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        # Errors are JSON, whatever representation the request asked for.
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return response
+
+
+def reject_unknown_params(request: Request, known: set[str]) -> None:
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise serializers.ValidationError(
+            {
+                name: serializers.ErrorDetail("unknown query parameter", "unknown_key")
+                for name in unknown
+            }
+        )
+
+
+def session_param(request: Request) -> str | None:
+    reject_unknown_params(request, {"session"})
+    session = request.query_params.get("session")
+    return session if session else None
+
+
+# -- rules ------------------------------------------------------------------------
+
+
+def rule_document(data: Any) -> dict[str, Any]:
+    """A rule in fixture form, validated exactly as a rule of an imported fixture."""
+    return schema.validate_part(schema.RuleSpec, data)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON merge patch: mappings merge, ``null`` removes a key, the rest replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def patched_rule(current: dict[str, Any], patch: Any) -> Any:
+    merged = merge_patch(current, patch)
+    if isinstance(patch, dict) and isinstance(merged, dict):
+        # Giving one form of the reply replaces the other.
+        if "response" in patch:
+            merged.pop("responses", None)
+            if "on_exhausted" not in patch:
+                merged.pop("on_exhausted", None)
+        if "responses" in patch:
+            merged.pop("response", None)
+    return merged
+
+
+class RulesView(ControlView):
+    """``GET`` the rules in order; ``POST`` one rule to append it."""
+
+    def get(self, request: Request) -> Response:
+        return Response({"rules": stored_document()["rules"]})
+
+    def post(self, request: Request) -> Response:
+        rule = create_rule(document=rule_document(request.data))
+        headers = {"Location": f"{request.path.rstrip('/')}/{rule.name}"}
+        return Response(rule.document(), status=201, headers=headers)
+
+
+class RuleView(ControlView):
+    """One rule by name: ``GET``, ``PUT`` (replace), ``PATCH`` (merge patch), ``DELETE``."""
+
+    def get(self, request: Request, name: str) -> Response:
+        return Response(_rule(name).document())
+
+    def put(self, request: Request, name: str) -> Response:
+        return Response(update_rule(name=name, document=rule_document(request.data)).document())
+
+    def patch(self, request: Request, name: str) -> Response:
+        document = rule_document(patched_rule(_rule(name).document(), request.data))
+        return Response(update_rule(name=name, document=document).document())
+
+    def delete(self, request: Request, name: str) -> Response:
+        delete_rule(name=name)
+        return Response(status=204)
+
+
+def _rule(name: str) -> Rule:
+    rule = Rule.objects.filter(name=name).prefetch_related("responses").first()
+    if rule is None:
+        raise NotFound(f"no rule named {name!r}")
+    return rule
+
+
+class ReorderRulesView(ControlView):
+    """``POST ["b", "a"]``: those rules first, in that order; the others follow in theirs."""
+
+    def post(self, request: Request) -> Response:
+        names = serializers.ListField(child=serializers.CharField(), allow_empty=False)
+        return Response({"rules": reorder_rules(names=names.run_validation(request.data))})
+
+
+# -- fixtures ---------------------------------------------------------------------
+
+
+class FixtureView(ControlView):
+    """``GET`` exports (YAML, or JSON by Accept); ``PUT`` replaces; ``POST`` merges.
+
+    The body is YAML, JSON or the ADK test-agent format, read raw whatever its
+    content type; a document with any error changes nothing (400, every error).
+    """
+
+    def get(self, request: Request) -> Response | HttpResponse:
+        reject_unknown_params(request, {"format"})
+        document = export_document()
+        if _wants_json(request):
+            return Response(document)
+        return HttpResponse(dump_fixture(document), content_type="application/yaml; charset=utf-8")
+
+    def put(self, request: Request) -> Response:
+        return self._import(request, merge=False)
+
+    def post(self, request: Request) -> Response:
+        return self._import(request, merge=True)
+
+    def _import(self, request: Request, *, merge: bool) -> Response:
+        reject_unknown_params(request, {"dry_run"})
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        # Read one byte past the limit, so load_fixture can name an oversized body.
+        document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
+        return Response(asdict(import_fixture(document, merge=merge, dry_run=dry_run)))
+
+
+def _wants_json(request: Request) -> bool:
+    accept = request.headers.get("Accept", "")
+    return "application/json" in accept or request.query_params.get("format") == "json"
+
+
+# -- journal, sessions, counters ----------------------------------------------------
+
+
+class JournalPagination(CursorPagination):
+    """Newest first by id; a cursor stays stable while new entries arrive."""
+
+    ordering = "-id"
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        self.count = queryset.count()
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response(
+            {
+                "count": self.count,
+                "next": self.get_next_link(),
+                "previous": self.get_previous_link(),
+                "results": data,
+            }
+        )
+
+
+class JournalView(ControlView):
+    """``GET`` entries, newest first, filtered; ``DELETE`` clears all or ``?session=``."""
+
+    class FilterSerializer(serializers.Serializer):
+        session = serializers.CharField(required=False)
+        dialect = serializers.ChoiceField(DIALECTS, required=False)
+        agent_type = serializers.CharField(required=False)
+        rule = serializers.CharField(required=False)
+        outcome = serializers.ChoiceField([o for o, _ in JournalEntry.OUTCOMES], required=False)
+        fallback = serializers.BooleanField(required=False, allow_null=True, default=None)
+        contains = serializers.CharField(required=False, trim_whitespace=False)
+
+    class OutputSerializer(serializers.ModelSerializer):
+        class Meta:
+            model = JournalEntry
+            fields = (
+                "id",
+                "created_at",
+                "dialect",
+                "route",
+                "session",
+                "agent_type",
+                "model",
+                "query",
+                "body",
+                "headers",
+                "rule",
+                "outcome",
+                "status",
+                "duration_ms",
+                "diagnosis",
+            )
+
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        known = set(filters.fields) | {"cursor", "page_size"}
+        reject_unknown_params(request, known)
+        filters.is_valid(raise_exception=True)
+        paginator = JournalPagination()
+        page = paginator.paginate_queryset(journal_entries(**filters.validated_data), request, self)
+        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+
+    def delete(self, request: Request) -> Response:
+        return Response({"deleted": clear_journal(session=session_param(request))})
+
+
+class SessionView(ControlView):
+    """``DELETE``: the session's fresh start (sequence positions, fail-first counts, journal)."""
+
+    def delete(self, request: Request, key: str) -> Response:
+        return Response({"session": key, **reset_session(session=key)})
+
+
+class CountersView(ControlView):
+    """``GET`` what the service saw, overall or ``?session=``; ``DELETE`` resets it."""
+
+    def get(self, request: Request) -> Response:
+        return Response(journal_counters(session=session_param(request)))
+
+    def delete(self, request: Request) -> Response:
+        session = session_param(request)
+        reset_counters(session=session)
+        return Response(journal_counters(session=session))
+
+
+# -- explain ----------------------------------------------------------------------
+
+
+class ExplainView(ControlView):
+    """``POST`` an inquiry: the rule that would answer, and why each rule before it did not."""
+
+    class InputSerializer(serializers.Serializer):
+        query = serializers.CharField(allow_blank=True, trim_whitespace=False)
+        agent_type = serializers.CharField(default="router")
+        context = serializers.DictField(required=False, allow_null=True, default=None)
+        model = serializers.CharField(allow_blank=True, default="")
+        system = serializers.CharField(allow_blank=True, trim_whitespace=False, default="")
+        dialect = serializers.ChoiceField(DIALECTS, default="galaxy")
+        turn = serializers.IntegerField(min_value=1, default=1)
+        tool_result = serializers.CharField(
+            allow_null=True, allow_blank=True, trim_whitespace=False, default=None
+        )
+
+        def to_internal_value(self, data: Any) -> Any:
+            """The fields' values; unknown keys are errors too, reported with the others."""
+            error = serializers.ErrorDetail("unknown key", "unknown_key")
+            errors: dict[str, Any] = {key: [error] for key in data if key not in self.fields}
+            try:
+                value = super().to_internal_value(data)
+            except serializers.ValidationError as exc:
+                errors.update(exc.detail)
+            if errors:
+                raise serializers.ValidationError(errors)
+            return value
+
+    def post(self, request: Request) -> Response:
+        if not isinstance(request.data, dict):
+            raise serializers.ValidationError("an inquiry must be a JSON object")
+        given = self.InputSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        verdicts = explain_inquiry(active_ruleset(), Inquiry(**given.validated_data))
+        answering = verdicts[-1].rule if verdicts and verdicts[-1].matched else None
+        return Response(
+            {
+                "rule": answering,
+                "fallback": answering is None,
+                "verdicts": [verdict.as_dict() for verdict in verdicts],
+            }
+        )
+
+
+class ControlNotFoundView(ControlView):
+    """Any other path under /control/: a 404 in the control API's error shape."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        raise NotFound(f"no control endpoint at {request.path}")

@@ -1,0 +1,264 @@
+"""Google ADK REST routes, as ``adk api_server`` serves them, on the lean reply routes.
+
+``GET /list-apps`` lists an app per agent type; sessions live under
+``/apps/{app}/users/{user}/sessions[/{id}]``; ``POST /run`` answers with a list
+of events and ``POST /run_sse`` with ``data: {event}`` frames. The app name is
+the agent type; the session id is the session key (unless ``X-Static-Session``
+is sent). A run on a session that does not exist creates it, like
+``adk api_server --auto_create_session``. Bad requests get FastAPI's error shape,
+``{"detail": ...}``: a list of problems with a 422, a message otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.urls import path
+
+from staticagents.core.inquiry import Inquiry, session_key
+from staticagents.dialects.adk import sessions as adk_sessions
+from staticagents.dialects.adk import wire as adk
+from staticagents.dialects.adk.sessions import StoredSession
+from staticagents.replying.answer import Answer, answer_inquiry
+from staticagents.selectors import active_ruleset
+from staticagents.serving import access
+from staticagents.serving.route import ReplyRoute, RequestRejected, sse
+
+DEFAULT_AGENT_TYPE = "router"
+
+
+class AdkRejected(RequestRejected):
+    """A rejection whose FastAPI ``detail`` is a list of problems, not one message."""
+
+    def __init__(self, status: int, invalid: adk.InvalidRequest) -> None:
+        super().__init__(status, str(invalid), "validation_error")
+        self.detail = invalid.detail
+
+
+class AdkRoute(ReplyRoute):
+    """Method dispatch and FastAPI's error body for every ADK route."""
+
+    methods: tuple[str, ...] = ()
+    key_sources = access.ADK  # x-goog-api-key, as Google's clients send it (or Bearer)
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        return {"detail": getattr(rejection, "detail", rejection.message)}
+
+    async def respond(self, body: bytes) -> None:
+        method = self.scope["method"]
+        if method not in self.methods:
+            raise RequestRejected(405, "Method Not Allowed", "method_not_allowed")
+        try:
+            await getattr(self, method.lower())(body)
+        except adk.InvalidRequest as invalid:
+            raise AdkRejected(422, invalid) from None
+
+    @property
+    def route_kwargs(self) -> dict[str, str]:
+        return dict(self.scope["url_route"]["kwargs"])
+
+    def query_flag(self, name: str) -> bool:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        return query.get(name, ["false"])[-1].lower() in ("1", "true", "yes", "on")
+
+
+# -- apps and sessions ---------------------------------------------------------------
+
+
+def agent_types() -> list[str]:
+    """Every agent type the rules name, plus the default one (the router)."""
+    return sorted({*active_ruleset().agent_types, DEFAULT_AGENT_TYPE})
+
+
+class ListAppsRoute(AdkRoute):
+    methods: tuple[str, ...] = ("GET",)
+
+    async def get(self, body: bytes) -> None:
+        names = await database_sync_to_async(agent_types)()
+        if self.query_flag("detailed"):
+            await self.send_json(200, {"apps": [adk.app_info(name) for name in names]})
+        else:
+            await self.send_json(200, names)
+
+
+def session_body(session: StoredSession) -> dict[str, Any]:
+    return adk.session_body(
+        session_id=session.session_id,
+        app=session.app,
+        user=session.user,
+        state=session.state,
+        events=session.events,
+        last_update_time=session.last_update_time,
+    )
+
+
+class SessionsRoute(AdkRoute):
+    """``/apps/{app}/users/{user}/sessions``: list (GET) and create (POST)."""
+
+    methods: tuple[str, ...] = ("GET", "POST")
+
+    async def get(self, body: bytes) -> None:
+        sessions = await database_sync_to_async(adk_sessions.list_sessions)(**self.route_kwargs)
+        await self.send_json(200, [session_body(s) for s in sessions])
+
+    async def post(self, body: bytes) -> None:
+        request = adk.parse_optional_body(body, adk.CreateSessionRequest)
+        fields: dict[str, Any] = {}
+        if request is not None:
+            fields = {
+                "session_id": request.session_id,
+                "state": request.state,
+                "events": request.events or (),
+            }
+        route = self.route_kwargs
+        await self.create(app=route["app"], user=route["user"], **fields)
+
+    async def create(self, *, app: str, user: str, **fields: Any) -> None:
+        try:
+            session = await database_sync_to_async(adk_sessions.create_session)(
+                app=app, user=user, **fields
+            )
+        except adk_sessions.SessionExists:
+            raise RequestRejected(
+                409, f"Session already exists: {fields.get('session_id')}", "conflict"
+            ) from None
+        await self.send_json(200, session_body(session))
+
+
+class SessionRoute(SessionsRoute):
+    """``/apps/{app}/users/{user}/sessions/{session_id}``: get, create, update, delete."""
+
+    methods: tuple[str, ...] = ("GET", "POST", "PATCH", "DELETE")
+
+    async def get(self, body: bytes) -> None:
+        session = await database_sync_to_async(adk_sessions.get_session)(**self.route_kwargs)
+        if session is None:
+            raise RequestRejected(404, "Session not found", "not_found")
+        await self.send_json(200, session_body(session))
+
+    async def post(self, body: bytes) -> None:
+        # ADK's older create-with-id route: the body, if any, is the initial state.
+        state = adk.parse_state(body)
+        await self.create(**self.route_kwargs, state=state)
+
+    async def patch(self, body: bytes) -> None:
+        request = adk.parse_body(body, adk.UpdateSessionRequest)
+        ids = adk.EventIds(f"p-{uuid.uuid4()}", str(uuid.uuid4()), time.time(), "user")
+        event = adk.envelope(ids, request.state_delta)
+        session = await database_sync_to_async(adk_sessions.update_state)(
+            **self.route_kwargs, state_delta=request.state_delta, event=event
+        )
+        if session is None:
+            raise RequestRejected(404, "Session not found", "not_found")
+        await self.send_json(200, session_body(session))
+
+    async def delete(self, body: bytes) -> None:
+        await database_sync_to_async(adk_sessions.delete_session)(**self.route_kwargs)
+        await self.send_json(200, None)
+
+
+# -- runs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run, decided: the answer, the ids of its model event, the session it belongs to."""
+
+    answer: Answer
+    ids: adk.EventIds
+    session_pk: int
+    streaming: bool
+
+
+def start_run(
+    request: adk.RunRequest, *, app: str, headers: dict[str, str], route: str, body: bytes
+) -> Run:
+    """Record the user's message in the session, then answer it (sync: runs in a thread)."""
+    message = adk.read_message(request.new_message)  # reject before anything is written
+    session = adk_sessions.open_session(
+        app=app,
+        user=request.user_id,
+        session_id=request.session_id,
+        state_delta=request.state_delta,
+    )
+    turn = adk.read_turn(message, session.events)
+    invocation_id = request.invocation_id or f"e-{uuid.uuid4()}"
+    user_ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), "user")
+    adk_sessions.append_events(
+        session.pk, [adk.user_event(message.content, user_ids, request.state_delta)]
+    )
+    inquiry = Inquiry(
+        query=turn.query,
+        agent_type=app,
+        context=adk.inquiry_context(session.state, request.custom_metadata),
+        dialect="adk",
+        turn=turn.turn,
+        tool_result=turn.tool_result,
+        session=session_key(headers, request.session_id),
+        headers=headers,
+    )
+    answer = answer_inquiry(inquiry, route=route, body=body)
+    ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), app)
+    return Run(answer, ids, session.pk, request.streaming)
+
+
+class RunRoute(AdkRoute):
+    """``POST /run``: every event of the run, as one JSON list."""
+
+    methods: tuple[str, ...] = ("POST",)
+
+    async def begin(self, body: bytes) -> Run:
+        request = adk.parse_body(body, adk.RunRequest)
+        headers = self.request_headers
+        app = request.app_name or headers.get("x-agent-type", "").strip()
+        if not app:
+            raise RequestRejected(400, "app_name is required: name the agent type as appName")
+        work = database_sync_to_async(start_run)(
+            request, app=app, headers=headers, route=self.scope["path"], body=body
+        )
+        run: Run = await self.answering(work, lambda run: run.answer.entry_id)
+        return run
+
+    async def post(self, body: bytes) -> None:
+        run = await self.begin(body)
+        event = adk.final_event(run.answer.reply, run.ids)
+        await database_sync_to_async(adk_sessions.append_events)(run.session_pk, [event])
+        await self.send_json(200, [event])
+
+
+class RunSseRoute(RunRoute):
+    """``POST /run_sse``: ``data: {event}`` frames; partial text deltas when ``streaming``."""
+
+    async def post(self, body: bytes) -> None:
+        run = await self.begin(body)
+        events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
+        await self.start_sse()
+        if await self.send_paced((at, sse(event)) for at, event in events):
+            await self.finish(run, events[-1][1])
+        else:
+            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+            cut_off = adk.cut_off_event(run.ids, limit)
+            await self.finish(run, cut_off, sse(cut_off))
+
+    async def finish(self, run: Run, final: dict[str, Any], tail: bytes = b"") -> None:
+        # Only the final event joins the session (as in ADK, partials never do), and
+        # before the response ends, so a client reading the session next finds it.
+        await database_sync_to_async(adk_sessions.append_events)(run.session_pk, [final])
+        await self.end_stream(tail)
+
+
+SESSIONS = "apps/<str:app>/users/<str:user>/sessions"
+
+http_routes = [
+    path("list-apps", ListAppsRoute.as_asgi()),
+    path(SESSIONS, SessionsRoute.as_asgi()),
+    path(f"{SESSIONS}/<str:session_id>", SessionRoute.as_asgi()),
+    path("run", RunRoute.as_asgi()),
+    path("run_sse", RunSseRoute.as_asgi()),
+]

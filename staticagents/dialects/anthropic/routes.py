@@ -1,0 +1,50 @@
+"""The Anthropic reply route: ``POST /v1/messages``.
+
+It also answers under an ``/agents/{agent_type}/`` prefix, so a client whose
+``base_url`` is ``http://host/agents/router`` talks to the router's rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.urls import re_path
+
+from staticagents.dialects.anthropic import wire as anthropic
+from staticagents.dialects.llm.routes import (
+    AGENT_PREFIX,
+    ModelReplyRoute,
+    retry_headers,
+)
+from staticagents.serving import access
+from staticagents.serving.route import RequestRejected, sse_frame
+
+
+class MessagesRoute(ModelReplyRoute):
+    dialect = "anthropic"
+    id_prefix = "msg_"
+    request_id_header = b"request-id"
+    key_sources = access.ANTHROPIC  # x-api-key, as the SDK sends it (or Bearer)
+
+    async def respond(self, body: bytes) -> None:
+        self.require_method("POST")
+        conversation = self.parse(anthropic.parse_messages_request, body)
+        answer = await self.answer(conversation, body)
+        reply, envelope = answer.reply, self.envelope(answer, conversation.model)
+        headers = self.request_id_headers(envelope)
+        if reply.error is not None:
+            headers += retry_headers(reply.retry_after)
+            error = anthropic.scripted_error_body(reply.error)
+            await self.send_json(reply.error.status, error, headers)
+        elif not conversation.stream:
+            await self.send_json(200, anthropic.message_body(reply, envelope), headers)
+        elif not await self.stream(anthropic.stream_events(reply, envelope), headers):
+            cut_off = anthropic.cut_off_event(settings.STATIC_AGENTS_MAX_STREAM_SECONDS)
+            await self.end_stream(sse_frame(cut_off.data, cut_off.event))
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        return anthropic.error_body(rejection.message, rejection.kind)
+
+
+http_routes = [re_path(AGENT_PREFIX + r"v1/messages/?$", MessagesRoute.as_asgi())]

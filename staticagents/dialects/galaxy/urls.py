@@ -1,0 +1,25 @@
+"""Routes under /api/: Galaxy's agent and chat API (``/api/chat/stream`` is a Channels route)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, path, re_path
+from drf_spectacular.views import SpectacularAPIView
+
+from staticagents import openapi  # noqa: F401 (openapi describes the views)
+from staticagents.dialects.galaxy import views as galaxy
+
+urlpatterns: list[URLPattern] = [
+    path("configuration", galaxy.ConfigurationView.as_view()),
+    path("ai/agents", galaxy.AgentListView.as_view()),
+    path("ai/agents/query", galaxy.AgentQueryView.as_view()),
+    path("ai/agents/error-analysis", galaxy.ErrorAnalysisView.as_view()),
+    path("ai/agents/custom-tool", galaxy.CustomToolView.as_view()),
+    path("chat", galaxy.ChatView.as_view()),
+    path("chat/history", galaxy.ChatHistoryView.as_view()),
+    path("chat/exchanges/batch/delete", galaxy.BatchDeleteView.as_view()),
+    path("chat/exchange/<str:exchange_id>", galaxy.ExchangeView.as_view()),
+    path("chat/exchange/<str:exchange_id>/messages", galaxy.ExchangeMessagesView.as_view()),
+    path("chat/exchange/<str:exchange_id>/feedback", galaxy.ExchangeFeedbackView.as_view()),
+    # The OpenAPI schema of the DRF routes (this API and the control API).
+    re_path(r"^schema/?$", SpectacularAPIView.as_view(), name="openapi-schema"),
+]

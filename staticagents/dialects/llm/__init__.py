@@ -1,0 +1,1 @@
+"""What the model dialects (OpenAI, Anthropic) share: the parsed conversation, the route base."""

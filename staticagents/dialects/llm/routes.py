@@ -1,0 +1,125 @@
+"""What the model-dialect reply routes (OpenAI, Anthropic) share.
+
+The agent type of an inquiry comes from the ``/agents/{agent_type}/`` prefix of
+the route, else the ``X-Agent-Type`` header, else the requested model when it is
+named after an agent type (``GET /v1/models`` lists one per type), else
+``router``. The session is the ``X-Static-Session`` header (these dialects carry
+no conversation id), else the global session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from staticagents.core.inquiry import session_key
+from staticagents.dialects.llm.wire import (
+    Conversation,
+    Envelope,
+    InvalidRequest,
+    StreamEvent,
+    choose_agent_type,
+)
+from staticagents.replying.answer import Answer, aanswer_inquiry
+from staticagents.selectors import current_ruleset
+from staticagents.serving.route import ReplyRoute, RequestRejected, parse_json_object, sse_frame
+
+# Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
+AGENT_PREFIX = r"^(?:agents/(?P<agent_type>[^/]+)/)?"
+
+
+class ModelReplyRoute(ReplyRoute):
+    """A reply route of a model dialect: parse, answer, then a JSON body or a paced stream."""
+
+    dialect = ""
+    id_prefix = ""
+    request_id_header = b"x-request-id"  # where the dialect's SDK reads the request id
+
+    def require_method(self, method: str) -> None:
+        actual = self.scope.get("method", "")
+        if actual != method:
+            path = self.scope.get("path", "")
+            raise RequestRejected(405, f"method {actual} is not allowed on {path}: use {method}")
+
+    def parse(
+        self, parser: Callable[[Mapping[str, Any]], Conversation], body: bytes
+    ) -> Conversation:
+        try:
+            return parser(parse_json_object(body))
+        except InvalidRequest as invalid:
+            raise RequestRejected(400, invalid.message, param=invalid.param) from None
+
+    async def answer(self, conversation: Conversation, body: bytes) -> Answer:
+        work = answer_conversation(
+            conversation,
+            dialect=self.dialect,
+            prefix=self.scope.get("url_route", {}).get("kwargs", {}).get("agent_type"),
+            headers=self.request_headers,
+            route=self.scope.get("path", ""),
+            body=body,
+            loop=self.loop,
+        )
+        return await self.answering(work, lambda answer: answer.entry_id)
+
+    def request_id_headers(self, envelope: Envelope) -> list[tuple[bytes, bytes]]:
+        """The response id, where the dialect's SDK looks for a request id."""
+        return [(self.request_id_header, envelope.id.encode())]
+
+    def envelope(self, answer: Answer, model: str) -> Envelope:
+        """The response's identity; the id names the journal entry, to find it again."""
+        suffix = f"static{answer.entry_id}" if answer.entry_id else uuid.uuid4().hex[:24]
+        return Envelope(id=f"{self.id_prefix}{suffix}", created=int(time.time()), model=model)
+
+    async def stream(
+        self,
+        events: Sequence[StreamEvent],
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        closing: bytes = b"",
+    ) -> bool:
+        """Send the events on their schedule, then ``closing`` and the end of the response.
+
+        False when the maximum duration cut the stream off: the response is
+        still open, for the dialect's own word on why it ended.
+        """
+        await self.start_sse(headers)
+        frames = [(event.at, sse_frame(event.data, event.event)) for event in events]
+        return await self.send_paced(frames, closing)
+
+
+async def answer_conversation(
+    conversation: Conversation,
+    *,
+    dialect: str,
+    prefix: str | None,
+    headers: Mapping[str, str],
+    route: str,
+    body: bytes,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Answer:
+    """Complete the inquiry from the route and headers, then answer and journal it
+    (``loop``: the running loop, when the caller has it at hand)."""
+    header = headers.get("x-agent-type")
+    # Only a request that names no agent type needs the rule snapshot to read its model.
+    ruleset = None if (prefix or header) else await current_ruleset(loop)
+    known = ruleset.agent_types if ruleset is not None else ()
+    agent_type = choose_agent_type(
+        prefix=prefix, header=header, model=conversation.model, known=known
+    )
+    inquiry = conversation.inquiry(
+        dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
+    )
+    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset, loop=loop)
+
+
+def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:
+    """Retry-After in whole seconds (as HTTP has it) and retry-after-ms, which both SDKs prefer."""
+    if retry_after is None:
+        return []
+    return [
+        (b"retry-after", str(math.ceil(retry_after)).encode()),
+        (b"retry-after-ms", str(round(retry_after * 1000)).encode()),
+    ]

@@ -1,0 +1,1 @@
+"""OpenAI Chat Completions and ``GET /v1/models``."""

@@ -1,0 +1,1 @@
+"""The WebSocket chat stream at ``/ws/chat/``."""

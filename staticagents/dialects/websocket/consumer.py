@@ -1,0 +1,169 @@
+"""The WebSocket chat route, ``/ws/chat/``, on a Channels consumer.
+
+One connection carries any number of inquiries, answered one after another in
+the order they arrive: a message sent while a reply is still streaming waits in
+a queue (at most ``QUEUE_LIMIT``; beyond that it is refused at once with an
+``error`` event) and is answered after the current reply's ``done``. Every
+event of a reply is sent at its scripted offset from the start of that reply's
+stream, so late sends never push later ones back. A client that disconnects
+stops its stream at once and its journal entry is marked cancelled; a stream
+that would outlast ``STATIC_AGENTS_MAX_STREAM_SECONDS`` is cut off there.
+
+With ``STATIC_AGENTS_API_KEYS`` set, the handshake must carry one of the keys
+(``Authorization: Bearer …`` or ``?api_key=``); otherwise the socket is
+accepted only to send one ``error`` event (status 401) and close with code 4401.
+
+``turn`` counts the inquiries of one session on this connection, this one
+included. The session is the handshake's ``X-Static-Session`` header, else the
+message's ``session``, else the global session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from time import perf_counter
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.urls import path, re_path
+
+from staticagents.core.inquiry import session_key
+from staticagents.dialects.websocket import wire as dialect
+from staticagents.replying.answer import Answer, aanswer_inquiry, mark_cancelled
+from staticagents.serving import access
+from staticagents.serving.pacer import pacer
+
+log = logging.getLogger(__name__)
+
+ROUTE = "/ws/chat/"
+QUEUE_LIMIT = 32
+# Application close codes (4000-4999) that mirror HTTP statuses, as graphql-ws does.
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_NOT_FOUND = 4404
+
+Frame = tuple[str | None, bytes | None]
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    # The chat route never uses the channel layer; skipping it saves a channel per socket.
+    channel_layer_alias = "__none__"
+
+    async def connect(self) -> None:
+        self.inbox: asyncio.Queue[Frame] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self.turns: dict[str, int] = {}
+        self.entry_id: int | None = None  # the journal entry of the reply now streaming
+        self.worker: asyncio.Future[None] | None = None  # set once the handshake is admitted
+        refusal = access.check_key(
+            access.WEBSOCKET, self.handshake_headers, self.scope.get("query_string", b"")
+        )
+        await self.accept()
+        if refusal is not None:
+            await self.send_event(dialect.error_event("authentication_error", refusal.message, 401))
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return
+        self.worker = asyncio.ensure_future(self.work())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.worker is None:
+            return  # refused at the handshake: the socket is closing
+        try:
+            self.inbox.put_nowait((text_data, bytes_data))
+        except asyncio.QueueFull:
+            message = f"{QUEUE_LIMIT} inquiries are already waiting: send more after a done event"
+            await self.send_event(dialect.error_event("busy", message, 429))
+
+    async def disconnect(self, code: int) -> None:
+        if self.worker is not None:
+            self.worker.cancel()
+        streaming, self.entry_id = self.entry_id, None
+        if streaming is not None:
+            await database_sync_to_async(mark_cancelled)(streaming, "cancelled")
+
+    async def send_event(self, event: dict[str, Any]) -> None:
+        await self.send(text_data=orjson.dumps(event).decode())
+
+    # -- the inquiries, one at a time -------------------------------------------------
+
+    async def work(self) -> None:
+        while True:
+            text, data = await self.inbox.get()
+            try:
+                await self.answer(text, data)
+            except Exception:
+                log.exception("answering a WebSocket inquiry failed")
+                await self.send_event(
+                    dialect.error_event("api_error", "internal error in Static Agents", 500)
+                )
+            finally:
+                self.entry_id = None
+
+    async def answer(self, text: str | None, data: bytes | None) -> None:
+        try:
+            message = dialect.parse_message(text, data)
+        except dialect.MessageInvalid as exc:
+            await self.send_event(
+                dialect.error_event("invalid_request", exc.message, 400, exc.request_id)
+            )
+            return
+        session = session_key(self.handshake_headers, message.session)
+        self.turns[session] = turn = self.turns.get(session, 0) + 1
+        inquiry = dialect.build_inquiry(
+            message, session=session, turn=turn, headers=self.handshake_headers
+        )
+        body = text if text is not None else (data or b"").decode("utf-8", "replace")
+        answer: Answer = await aanswer_inquiry(inquiry, route=ROUTE, body=body)
+        self.entry_id = answer.entry_id
+        events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
+        await self.stream(events, message.request_id)
+
+    async def stream(
+        self, events: Sequence[dialect.TimedEvent], request_id: str | int | None
+    ) -> None:
+        """Send each event at its offset from the stream's start (now, or once the pacer
+        lets it begin); cut off at the configured maximum."""
+        loop = asyncio.get_running_loop()
+        timer = pacer(loop)
+        async with timer.place():  # under overload, a stream waits here to begin
+            start = loop.time()
+            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+            for timed in events:
+                if timed.at > limit:
+                    await timer.until(start + limit)
+                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                    await self.send_event(dialect.cut_off_event(limit, request_id))
+                    return
+                if start + timed.at > loop.time():
+                    await timer.until(start + timed.at)
+                sending = perf_counter()
+                await self.send_event(timed.event)
+                timer.sent(sending)
+
+    @property
+    def handshake_headers(self) -> dict[str, str]:
+        return {
+            k.decode("latin-1").lower(): v.decode("latin-1")
+            for k, v in self.scope.get("headers", [])
+        }
+
+
+class UnknownPathConsumer(AsyncWebsocketConsumer):
+    """Any other WebSocket path: one ``error`` event (status 404), then close with 4404."""
+
+    channel_layer_alias = "__none__"
+
+    async def connect(self) -> None:
+        await self.accept()
+        message = f"Unknown WebSocket path {self.scope.get('path', '')}: the chat is at {ROUTE}"
+        event = dialect.error_event("not_found", message, 404)
+        await self.send(text_data=orjson.dumps(event).decode())
+        await self.close(code=CLOSE_NOT_FOUND)
+
+
+websocket_routes = [path("ws/chat/", ChatConsumer.as_asgi())]
+# project/asgi.py puts it after every WebSocket route.
+unknown_path_route = re_path(r"", UnknownPathConsumer.as_asgi())

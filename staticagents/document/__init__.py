@@ -1,0 +1,1 @@
+"""The fixture format, pure: its schema (``schema``) and reading and writing files (``files``)."""

@@ -1,0 +1,227 @@
+"""The reply path: match an inquiry, advance its session's counters, journal it.
+
+Every edge calls ``aanswer_inquiry`` (reply routes and the WebSocket consumer, on the event loop)
+or ``answer_inquiry`` (DRF views, in a thread) and renders the Reply in its own
+dialect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db import transaction
+from django.db.models import F, QuerySet
+
+from staticagents.conf import hot
+from staticagents.core.inquiry import Inquiry, mask_headers
+from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
+from staticagents.core.replies import Reply, Step, build_reply
+from staticagents.core.values import value_class
+from staticagents.models import JournalEntry, SessionCounter
+from staticagents.replying.journal import insert_entries, prune_hooks, reply_store
+from staticagents.selectors import active_ruleset, current_ruleset
+from staticagents.services import prune_journal
+
+SEQUENCE_KEY = "seq"
+
+# Journal entries this process wrote since it last pruned: pruning runs every so
+# many entries, so the reply path pays for it rarely.
+_unpruned = 0
+_prune_lock = threading.Lock()
+
+
+@value_class
+class Answer:
+    reply: Reply
+    entry_id: int | None
+
+
+def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> Answer:
+    """Decide the reply to ``inquiry`` and record it in the journal (synchronous callers)."""
+    started = time.perf_counter()
+    ruleset = active_ruleset()
+    rule = match_inquiry(ruleset, inquiry)
+    step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
+    reply = build_reply(ruleset, inquiry, rule, step)
+    if not hot.STATIC_AGENTS_JOURNAL:
+        return Answer(reply, None)
+    entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
+    [entry_id] = insert_entries([entry])
+    if prune_due(1):
+        prune_to_cap(entry_id)
+    return Answer(reply, entry_id)
+
+
+async def aanswer_inquiry(
+    inquiry: Inquiry,
+    *,
+    route: str,
+    body: bytes | str = b"",
+    ruleset: Ruleset | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Answer:
+    """The same as ``answer_inquiry``, for the reply routes' event loop.
+
+    The stamp check and the journal insert are batched with other requests'
+    (``batching.reply_store``); only rules with session state take a database
+    transaction of their own. ``ruleset`` is the snapshot when the caller has
+    just read it for this request; ``loop`` the running loop, when the caller has
+    it at hand.
+    """
+    started = time.perf_counter()
+    if ruleset is None:
+        ruleset = await current_ruleset(loop)
+    rule = match_inquiry(ruleset, inquiry)
+    if rule is not None and rule.stateful:
+        step = await database_sync_to_async(next_step)(rule, inquiry)
+    else:
+        step = Step()
+    reply = build_reply(ruleset, inquiry, rule, step)
+    if not hot.STATIC_AGENTS_JOURNAL:
+        return Answer(reply, None)
+    entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
+    return Answer(reply, await reply_store.record(entry, loop))
+
+
+def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
+    """Advance the session's counters for ``rule``, atomically, and say which reply is due.
+
+    The sequence row is locked for the whole transaction (SELECT ... FOR UPDATE
+    on PostgreSQL, an IMMEDIATE transaction on SQLite), so concurrent requests
+    in any number of processes each get their own position. A fail-first
+    attempt does not advance the sequence: the failures come first, then the
+    reply that position scripts.
+    """
+    with transaction.atomic():
+        index = _locked_count(inquiry.session, rule.name, SEQUENCE_KEY) if rule.sequenced else 0
+        if _fails_first(rule, index, inquiry):
+            return Step(index=index, failing=True)
+        if rule.sequenced:
+            _counter(inquiry.session, rule.name, SEQUENCE_KEY).update(count=F("count") + 1)
+        return Step(index=index)
+
+
+def _fails_first(rule: CompiledRule, index: int, inquiry: Inquiry) -> bool:
+    """Whether this attempt is one of the first N for this query at this step."""
+    if index >= len(rule.responses) and rule.on_exhausted == "error":
+        return False  # the script is over: it fails as exhausted, not as flaky
+    position = min(index, len(rule.responses) - 1)
+    limit = int(rule.responses[position].get("fail_first") or 0)
+    if not limit:
+        return False
+    # Keyed by the query, so a question with something new in it fails afresh.
+    key = f"fail:{position}:{_digest(inquiry.query)}"
+    return _increment(inquiry.session, rule.name, key) <= limit
+
+
+def _counter(session: str, rule: str, key: str) -> QuerySet[SessionCounter]:
+    return SessionCounter.objects.filter(session=session, rule=rule, key=key)
+
+
+def _ensure_counter(session: str, rule: str, key: str) -> None:
+    SessionCounter.objects.bulk_create(
+        [SessionCounter(session=session, rule=rule, key=key, count=0)], ignore_conflicts=True
+    )
+
+
+def _locked_count(session: str, rule: str, key: str) -> int:
+    _ensure_counter(session, rule, key)
+    locked = _counter(session, rule, key).select_for_update()
+    count: int = locked.values_list("count", flat=True).get()
+    return count
+
+
+def _increment(session: str, rule: str, key: str) -> int:
+    counter = _counter(session, rule, key)
+    if not counter.update(count=F("count") + 1):
+        _ensure_counter(session, rule, key)
+        counter.update(count=F("count") + 1)
+    count: int = counter.values_list("count", flat=True).get()
+    return count
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def journal_entry(
+    inquiry: Inquiry,
+    reply: Reply,
+    ruleset: Ruleset,
+    *,
+    route: str,
+    body: bytes | str,
+    started: float,
+) -> dict[str, Any]:
+    """The journal row of one answered inquiry, by field name; credentials are masked.
+
+    A plain mapping rather than a model instance: building one is a third of
+    the cost, and the reply path pays it on every request.
+    """
+    diagnosis = None
+    if reply.rule is None:  # "why did nothing match" is then one journal read away
+        diagnosis = [v.as_dict() for v in explain_inquiry(ruleset, inquiry)]
+    return dict(
+        dialect=inquiry.dialect,
+        route=route[:300],
+        session=inquiry.session,
+        agent_type=inquiry.agent_type[:200],
+        model=inquiry.model[:200],
+        query=inquiry.query,
+        body=body.decode("utf-8", "replace") if isinstance(body, bytes) else body,
+        headers=mask_headers(inquiry.headers),
+        rule=reply.rule,
+        outcome=reply.outcome,
+        status=reply.error.status if reply.error else 200,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        diagnosis=diagnosis,
+    )
+
+
+def prune_due(written: int) -> bool:
+    """Count ``written`` new journal entries; whether it is time to prune.
+
+    Pruning runs every so many entries, so the reply path pays for it rarely.
+    """
+    global _unpruned
+    with _prune_lock:
+        _unpruned += written
+        if _unpruned < prune_interval(journal_cap()):
+            return False
+        _unpruned = 0
+        return True
+
+
+def prune_to_cap(newest_id: int) -> None:
+    """Keep the journal near its cap: one indexed DELETE."""
+    prune_journal(keep=journal_cap(), newest_id=newest_id)
+
+
+def journal_cap() -> int:
+    """How many of the newest journal entries pruning keeps."""
+    cap: int = hot.STATIC_AGENTS_JOURNAL_MAX
+    return cap
+
+
+prune_hooks.due = prune_due
+prune_hooks.keep = journal_cap
+prune_hooks.prune = prune_to_cap
+
+
+def prune_interval(cap: int) -> int:
+    """How many entries a process writes between prunes: about 1% of the cap.
+
+    The journal may exceed the cap by that much per process, never more.
+    """
+    return max(1, min(1000, cap // 100))
+
+
+def mark_cancelled(entry_id: int | None, outcome: str = "cancelled") -> None:
+    """Record that a stream ended early: the client left ("cancelled") or it ran too long."""
+    if entry_id is not None:
+        JournalEntry.objects.filter(pk=entry_id).update(outcome=outcome)

@@ -1,0 +1,1 @@
+"""The reply routes' ASGI plumbing: the route base, the router, pacing, API keys, guards."""

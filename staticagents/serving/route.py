@@ -1,0 +1,361 @@
+"""The base of every model-dialect reply route: a lean ASGI request handler.
+
+The reply routes are the service's hot path, so they are plain ASGI apps rather
+than Channels consumers: one handler object per request, no channel, no task
+per message. A handler admits the request on its headers (the API key when keys
+are configured, no content coding, a declared length within the limit), reads
+the body (with the same limit), and then runs the dialect's ``respond``. A small
+watcher task listens for the client leaving once there is time for it to:
+
+* while the answer is worked out (``answering``) for longer than
+  ``watchlist.WATCH_AFTER_SECONDS``, the work finishes and its journal entry is then
+  marked cancelled;
+* while a stream is paced out, the handler stops at once and the entry is
+  marked cancelled.
+
+A JSON reply answered within that moment is sent straight away, unwatched: a
+watcher per request would cost the hot path more than all its matching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from time import perf_counter
+from typing import Any, ClassVar, TypeVar
+
+import orjson
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from staticagents.conf import hot
+from staticagents.core.numbers import is_ascii_number
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.replying.answer import mark_cancelled
+from staticagents.serving import access
+from staticagents.serving.pacer import pacer
+from staticagents.serving.turns import turnstile
+from staticagents.serving.watchlist import watchlist
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON_TYPE = (b"content-type", b"application/json")
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+# What a handler is doing when the client leaves (see the module doc).
+READING, ANSWERING, RESPONDING, DONE = range(4)
+
+
+class RequestRejected(Exception):
+    """A request the route cannot serve: rendered as the dialect's own 4xx error."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+        self.code = code
+
+
+class ClientLeft(Exception):
+    """The client disconnected while its answer was worked out; the entry is marked."""
+
+
+class ReplyRoute:
+    """Subclasses implement ``respond(body)`` and ``error_body(rejection)``.
+
+    ``key_sources`` says where the dialect's clients send an API key, and
+    ``key_refusal`` words the 401 when ``STATIC_AGENTS_API_KEYS`` is set.
+    """
+
+    key_sources: ClassVar[access.KeySources] = access.OPENAI
+
+    def __init__(self, scope: Scope, send: Send) -> None:
+        self.scope = scope
+        self._send = send
+        self.headers_sent = False
+        self.entry_id: int | None = None  # the journal entry, marked if the client leaves
+        self.phase = READING
+        self.client_left = False
+        self._headers: dict[str, str] | None = None
+        self._receive: Receive | None = None
+        self._main: asyncio.Task[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # set once the body is read
+        self._watcher: asyncio.Task[None] | None = None
+
+    @classmethod
+    def as_asgi(cls) -> Any:
+        """The route as an ASGI application (typed Any: Django's URL patterns expect views).
+
+        The reply router skips this wrapper: it makes the handler itself
+        (``handler_class``), one coroutine fewer per request.
+        """
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            await cls(scope, send).run(receive)
+
+        app.handler_class = cls  # type: ignore[attr-defined]
+        return app
+
+    # -- to implement ------------------------------------------------------------
+
+    async def respond(self, body: bytes) -> None:
+        raise NotImplementedError
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        return {"error": {"message": rejection.message, "type": rejection.kind}}
+
+    def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
+        return RequestRejected(401, refusal.message, "authentication_error")
+
+    # -- admission -------------------------------------------------------------------
+
+    def admission(self) -> RequestRejected | None:
+        """Why the request is refused on its headers alone (before its body is read), or None."""
+        headers, query = self.request_headers, self.scope.get("query_string", b"")
+        if b"%00" in query or "\x00" in self.scope.get("path", ""):
+            return RequestRejected(400, f"The path or query {NUL_PROBLEM}")
+        refusal = access.check_key(self.key_sources, headers, query)
+        if refusal is not None:
+            return self.key_refusal(refusal)
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
+            return RequestRejected(415, message)
+        length = headers.get("content-length", "").strip()
+        if is_ascii_number(length) and int(length) > hot.STATIC_AGENTS_MAX_BODY_BYTES:
+            return self.too_large()
+        return None
+
+    def too_large(self) -> RequestRejected:
+        limit = hot.STATIC_AGENTS_MAX_BODY_BYTES
+        message = f"request body exceeds {limit} bytes (STATIC_AGENTS_MAX_BODY_BYTES)"
+        return RequestRejected(413, message, "request_too_large")
+
+    # -- ASGI plumbing -------------------------------------------------------------
+
+    async def run(self, receive: Receive) -> None:
+        refused = self.admission()
+        if refused is not None:
+            await self.send_json(refused.status, self.error_body(refused))
+            return
+        body = await self.read_body(receive)
+        if body is None:
+            return  # refused, or the client left before its body arrived
+        # The running loop, found once: each lookup is a system call (getpid) on Python 3.11.
+        self.loop = loop = asyncio.get_running_loop()
+        waiting = turnstile(loop).ticket()
+        if waiting is not None:
+            await waiting
+        self._receive, self._main = receive, asyncio.current_task(loop)
+        try:
+            await self.respond(body)
+        except RequestRejected as rejection:
+            await self.reject(rejection)
+        except ClientLeft:
+            pass
+        except asyncio.CancelledError:
+            if not self.client_left:  # a server shutdown, not our watcher
+                raise
+        except Exception:
+            log.exception("reply route %s failed", self.scope.get("path"))
+            await self.reject(RequestRejected(500, "internal error in Static Agents", "api_error"))
+        finally:
+            self.phase = DONE
+
+    async def read_body(self, receive: Receive) -> bytes | None:
+        """The whole request body, or None when it was refused or the client left."""
+        chunks: list[bytes] = []
+        size, limit = 0, hot.STATIC_AGENTS_MAX_BODY_BYTES
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # http.disconnect
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                rejection = self.too_large()
+                await self.send_json(rejection.status, self.error_body(rejection))
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def watch(self) -> None:
+        """Start listening for the client leaving (once; it ends with the response)."""
+        if self._watcher is None and self._receive is not None and self._main is not None:
+            loop = asyncio.get_running_loop()
+            self._watcher = loop.create_task(self._watch(self._receive, self._main))
+
+    async def _watch(self, receive: Receive, main: asyncio.Task[Any]) -> None:
+        """Wait for the client to leave, and act on what the handler was doing then.
+
+        The server also reports a disconnect once the response is complete; the
+        handler's phase is DONE by then, and there is nothing to do.
+        """
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.phase == DONE:
+            return
+        self.client_left = True
+        if self.phase == ANSWERING:
+            return  # ``answering`` marks the entry once the work is done
+        main.cancel()
+        if self.entry_id is not None:
+            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+
+    async def answering(self, work: Awaitable[T], entry_of: Callable[[T], int | None]) -> T:
+        """Await the answer phase and remember its journal entry.
+
+        A client that leaves meanwhile does not interrupt the work (its journal
+        entry is written whole); the entry is then marked cancelled and the
+        handler stops.
+        """
+        self.phase = ANSWERING
+        answers = watchlist(self.loop)
+        answers.add(self, self.watch)
+        try:
+            result = await work
+        finally:
+            answers.discard(self)
+        self.entry_id = entry_of(result)
+        if self.client_left:
+            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+            raise ClientLeft
+        self.phase = RESPONDING
+        return result
+
+    async def reject(self, rejection: RequestRejected) -> None:
+        if self.headers_sent:
+            return
+        await self.send_json(rejection.status, self.error_body(rejection))
+
+    # -- helpers for dialects ------------------------------------------------------
+
+    @property
+    def request_headers(self) -> dict[str, str]:
+        if self._headers is None:
+            self._headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1")
+                for k, v in self.scope.get("headers", [])
+            }
+        return self._headers
+
+    async def send_json(
+        self, status: int, payload: Any, headers: Iterable[tuple[bytes, bytes]] = ()
+    ) -> None:
+        body = orjson.dumps(payload)
+        self.headers_sent = True
+        await self._send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [JSON_TYPE, (b"content-length", b"%d" % len(body)), *headers],
+            }
+        )
+        await self._send({"type": "http.response.body", "body": body})
+
+    async def start_sse(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self.watch()  # a stream lasts: a client that leaves it stops it
+        self.headers_sent = True
+        await self._send(
+            {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
+        )
+
+    async def send_chunk(self, data: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end_stream(self, data: bytes = b"") -> None:
+        self.phase = DONE
+        await self._send({"type": "http.response.body", "body": data})
+
+    async def send_paced(
+        self, frames: Iterable[tuple[float, bytes]], closing: bytes | None = None
+    ) -> bool:
+        """Send each frame at its offset from the stream's start; False if cut off.
+
+        The stream starts now, or, when the loop has no room for one more
+        stream, once the pacer lets it begin (``serving/pacer.py``).
+        Offsets are absolute from the stream's start, so drift never accumulates;
+        frames that are already due when the loop gets to them (a busy server)
+        go out together in one write, so a late stream catches up at once. With
+        ``closing``, a stream that runs its course ends with those bytes, in the
+        same write as its last frames. A stream that would outlast the
+        configured maximum is cut off there.
+        """
+        loop = self.loop or asyncio.get_running_loop()
+        timer = pacer(loop)
+        async with timer.place():  # under overload, a stream waits here to begin
+            start = loop.time()
+            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+            send = self._send
+            due: list[bytes] = []
+            for offset, data in frames:
+                if offset > limit:
+                    if due:
+                        await self.send_chunk(b"".join(due))
+                    await timer.until(start + limit)
+                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                    return False
+                if start + offset > loop.time():
+                    if due:
+                        body = b"".join(due)
+                        sending = perf_counter()
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                        timer.sent(sending)
+                        due = []
+                    if start + offset > loop.time():
+                        await timer.until(start + offset)
+                due.append(data)
+            if closing is not None:
+                await self.end_stream(b"".join([*due, closing]))
+            elif due:
+                await self.send_chunk(b"".join(due))
+            return True
+
+
+def sse(payload: Any, event: str | None = None) -> bytes:
+    """One server-sent event with a JSON payload."""
+    return sse_frame(orjson.dumps(payload), event)
+
+
+def sse_frame(data: bytes, event: str | None = None) -> bytes:
+    """One server-sent event around JSON that is already rendered."""
+    if event is None:
+        return b"data: " + data + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a RequestRejected naming what is wrong."""
+    if not body.strip():
+        raise RequestRejected(400, "request body is empty: a JSON object is required")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestRejected(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise RequestRejected(400, "request body must be a JSON object")
+    where = nul_in_json(body, payload)
+    if where is not None:
+        raise RequestRejected(400, f"{where}: {NUL_PROBLEM}", param=where)
+    return payload

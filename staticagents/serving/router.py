@@ -1,0 +1,65 @@
+"""The lean router in front of the service: a reply route's request goes straight to its handler.
+
+The model-dialect routes, the ADK routes and the Galaxy stream are plain ASGI
+handlers (``serving.route.ReplyRoute``); ``staticagents/asgi.py`` lists them.
+Every other request (the Galaxy API, the control API, the admin) and every
+WebSocket goes on to the application behind the router.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import URLPattern
+
+from staticagents.serving.route import Receive, Scope, Send
+
+Resolved = tuple[Any, dict[str, Any]] | None  # (handler, url_route), or no reply route
+
+
+class ReplyRouter:
+    """HTTP requests on a reply route go to its handler; everything else to ``app``.
+
+    The routes are Django URL patterns (``path``/``re_path``), matched against the
+    path without its leading slash; what they capture is in
+    ``scope["url_route"]["kwargs"]``, as Channels' router puts it. A path's
+    resolution is remembered (up to ``CACHE_SIZE`` paths, then forgotten at once).
+    """
+
+    CACHE_SIZE = 4096
+
+    def __init__(self, routes: list[URLPattern], app: Any) -> None:
+        self.routes = [
+            (route.pattern.match, getattr(route.callback, "handler_class", route.callback))
+            for route in routes
+        ]
+        self.app = app
+        self.resolved: dict[str, Resolved] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            try:
+                resolved = self.resolved[path]
+            except KeyError:
+                resolved = self.resolve(path)
+            if resolved is not None:
+                handler, scope["url_route"] = resolved
+                if isinstance(handler, type):  # a ReplyRoute: made here, no wrapper between
+                    await handler(scope, send).run(receive)
+                else:
+                    await handler(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def resolve(self, path: str) -> Resolved:
+        resolved: Resolved = None
+        for match, handler in self.routes:
+            found = match(path[1:])
+            if found is not None:
+                resolved = handler, {"args": found[1], "kwargs": found[2]}
+                break
+        if len(self.resolved) >= self.CACHE_SIZE:
+            self.resolved.clear()
+        self.resolved[path] = resolved
+        return resolved

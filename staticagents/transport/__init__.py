@@ -1,1 +1,0 @@
-"""Transports: Channels consumers that carry inquiries in and replies out."""

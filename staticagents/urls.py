@@ -1,0 +1,17 @@
+"""HTTP routes served through Django (the Galaxy API, the control API, the admin)."""
+
+from django.contrib import admin
+from django.urls import include, path, re_path
+
+from staticagents.serving import fallback
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/", include("staticagents.dialects.galaxy.urls")),
+    path("control/", include("staticagents.control.urls")),
+    # Any other path (the admin keeps its own): a JSON 404 in the shape of its API, DEBUG or not.
+    re_path(r"^(?!admin(?:/|$))", fallback.not_found),
+]
+
+handler400 = "staticagents.serving.fallback.bad_request"
+handler500 = "staticagents.serving.fallback.server_error"

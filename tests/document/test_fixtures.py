@@ -1,0 +1,249 @@
+"""YAML/JSON fixtures: strict validation with paths and lines, all-or-nothing import,
+byte-stable export, and Galaxy's own fixture imported unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from staticagents.document.files import dump_fixture, load_fixture
+from staticagents.document.schema import DocumentInvalid
+from staticagents.models import Fallback, Rule, RulesetState
+from staticagents.selectors import active_ruleset, export_document
+from tests.conftest import FIXTURES, GALAXY_FIXTURE
+
+
+def errors_of(text: str | bytes, source: str = "f.yml") -> list[str]:
+    with pytest.raises(DocumentInvalid) as caught:
+        load_fixture(text, source)
+    return caught.value.lines()
+
+
+def export_text() -> str:
+    return dump_fixture(export_document())
+
+
+def write(tmp_path: Path, text: str, name: str = "fixture.yml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# -- validation -----------------------------------------------------------------
+
+
+def test_unknown_key_is_an_error_naming_file_line_and_path() -> None:
+    text = "rules:\n  - match:\n      querry: hello\n    response:\n      content: hi\n"
+    assert errors_of(text) == ["f.yml:3: rules[0].match.querry: unknown key"]
+
+
+def test_every_problem_is_reported_not_just_the_first() -> None:
+    text = """
+version: 1
+rules:
+  - match: {query: "(unclosed"}
+    response: {content: 5}
+  - name: not a slug
+    response: {}
+    bogus: 1
+"""
+    lines = errors_of(text)
+    assert any("rules[0].match.query: invalid regex" in line for line in lines)
+    assert any(
+        "rules[0].response.content: Input should be a valid string" in line for line in lines
+    )
+    assert any("rules[1].name: must be a slug" in line for line in lines)
+    assert any("rules[1].bogus: unknown key" in line for line in lines)
+    assert all(line.startswith("f.yml:") for line in lines)
+
+
+def test_yaml_syntax_error_names_the_line() -> None:
+    [line] = errors_of("rules:\n  - match: {query: [unclosed\n  - response: {}\n")
+    assert line.startswith("f.yml:")
+    assert "invalid YAML" in line
+    assert line.split(":")[1].isdigit()
+
+
+def test_unsupported_version_is_an_error() -> None:
+    assert errors_of("version: 2\nrules: []\n") == [
+        "f.yml:1: version: unsupported version 2 (only 1 is supported)"
+    ]
+
+
+def test_duplicate_names_are_an_error_naming_both_places() -> None:
+    text = "rules:\n  - name: a\n    response: {}\n  - name: a\n    response: {}\n"
+    assert errors_of(text) == ["f.yml:4: rules[1].name: duplicate name 'a' (also rules[0])"]
+
+
+def test_invalid_suggestion_is_an_error() -> None:
+    text = """
+rules:
+  - response:
+      suggestions:
+        - action_type: save_tool
+          description: Save it
+          confidence: high
+"""
+    [line] = errors_of(text)
+    assert "rules[0].response.suggestions[0]: save_tool needs parameters.tool_yaml" in line
+
+
+def test_a_rule_needs_exactly_one_of_response_and_responses() -> None:
+    [line] = errors_of("rules:\n  - match: {query: x}\n")
+    assert "exactly one of 'response' or 'responses'" in line
+
+
+def test_wrong_types_are_errors_not_coerced() -> None:
+    lines = errors_of("rules:\n  - enabled: 'yes'\n    response: {fail_first: '2'}\n")
+    assert any("rules[0].enabled" in line for line in lines)
+    assert any("rules[0].response.fail_first" in line for line in lines)
+
+
+def test_non_utf8_bytes_are_rejected_with_the_offset() -> None:
+    [line] = errors_of(b"rules: []\n# \xff\xfe\n")
+    assert "not UTF-8" in line and "offset 12" in line
+
+
+def test_json_fixtures_are_accepted() -> None:
+    document = load_fixture(json.dumps({"rules": [{"name": "j", "response": {"content": "x"}}]}))
+    assert document["rules"][0]["name"] == "j"
+
+
+def test_regex_with_nested_quantifier_is_rejected() -> None:
+    [line] = errors_of("rules:\n  - match: {query: '(a+)+$'}\n    response: {}\n")
+    assert "nested quantifier" in line
+
+
+# -- import / export -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_galaxy_fixture_imports_unchanged() -> None:
+    call_command("import_fixture", str(GALAXY_FIXTURE))
+    assert Rule.objects.count() == 8
+    assert Fallback.objects.get().content == "Static backend: no matching rule."
+    assert active_ruleset().agent_types == [
+        "custom_tool",
+        "error_analysis",
+        "page_assistant",
+        "router",
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("fixture", [GALAXY_FIXTURE, FIXTURES / "demo.yml"])
+def test_export_of_import_is_a_byte_stable_fixpoint(fixture: Path, tmp_path: Path) -> None:
+    call_command("import_fixture", str(fixture))
+    first = write(tmp_path, export_text(), "first.yml")
+    call_command("import_fixture", first)
+    assert export_text() == Path(first).read_text()
+
+
+@pytest.mark.django_db
+def test_failed_import_changes_nothing(tmp_path: Path) -> None:
+    call_command("import_fixture", str(GALAXY_FIXTURE))
+    before, version = export_text(), RulesetState.objects.get().version
+    bad = "rules:\n  - name: ok\n    response: {}\n  - match: {query: '('}\n    response: {}\n"
+    with pytest.raises(CommandError) as caught:
+        call_command("import_fixture", write(tmp_path, bad))
+    assert "rules[1].match.query: invalid regex" in str(caught.value)
+    assert export_text() == before
+    assert RulesetState.objects.get().version == version
+
+
+@pytest.mark.django_db
+def test_dry_run_reports_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    call_command("import_fixture", str(GALAXY_FIXTURE))
+    before = export_text()
+    call_command("import_fixture", str(FIXTURES / "demo.yml"), "--dry-run")
+    assert "would import: 10 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
+    assert export_text() == before
+
+
+@pytest.mark.django_db
+def test_merge_upserts_by_name_and_appends_new_rules(tmp_path: Path) -> None:
+    call_command("import_fixture", str(GALAXY_FIXTURE))
+    merge = """
+rules:
+  - name: router-2
+    match: {agent_type: router, query: "(?i)chip.?seq"}
+    response: {content: "ChIP-seq it is."}
+  - name: brand-new
+    response: {content: "new"}
+"""
+    call_command("import_fixture", write(tmp_path, merge), "--merge")
+    names = list(Rule.objects.values_list("name", flat=True))
+    assert len(names) == 9 and names[1] == "router-2" and names[-1] == "brand-new"
+    updated = Rule.objects.get(name="router-2")
+    assert updated.match_query == "(?i)chip.?seq"
+    assert updated.responses.get().content == "ChIP-seq it is."
+    assert Fallback.objects.exists()  # a merge without a fallback keeps the old one
+
+
+@pytest.mark.django_db
+def test_replace_is_the_default(tmp_path: Path) -> None:
+    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", write(tmp_path, "rules:\n  - name: only\n    response: {}\n"))
+    assert list(Rule.objects.values_list("name", flat=True)) == ["only"]
+    assert not Fallback.objects.exists()
+
+
+@pytest.mark.django_db
+def test_export_to_a_file_or_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("import_fixture", str(GALAXY_FIXTURE))
+    capsys.readouterr()
+    call_command("export_fixture")
+    stdout = capsys.readouterr().out
+    target = tmp_path / "out.json"
+    call_command("export_fixture", str(target))
+    assert load_fixture(stdout)["rules"] == load_fixture(target.read_text())["rules"]
+    assert json.loads(target.read_text())["version"] == 1
+
+
+def test_check_fixture_validates_without_a_database(capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("check_fixture", str(GALAXY_FIXTURE))
+    assert "valid, 8 rule(s)" in capsys.readouterr().out
+
+
+def test_check_fixture_prints_one_error_per_line(tmp_path: Path) -> None:
+    bad = "rules:\n  - match: {querry: x}\n    response: {conten: y}\n"
+    with pytest.raises(CommandError) as caught:
+        call_command("check_fixture", write(tmp_path, bad))
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith(str(tmp_path)) for line in lines)
+
+
+@pytest.mark.django_db
+def test_any_change_bumps_the_version_and_the_snapshot_follows() -> None:
+    call_command("import_fixture", str(GALAXY_FIXTURE))
+    snapshot = active_ruleset()
+    assert active_ruleset() is snapshot  # no rebuild without a change
+    rule = Rule.objects.get(name="router-1")
+    rule.enabled = False
+    rule.save()
+    rebuilt = active_ruleset()
+    assert rebuilt is not snapshot
+    assert "router-1" not in [r.name for r in rebuilt.rules]
+
+
+@pytest.mark.django_db
+def test_regexes_see_only_the_configured_window_of_a_query(settings: Any) -> None:
+    from staticagents.core.inquiry import Inquiry
+    from staticagents.core.matching import match_inquiry
+    from staticagents.services import import_fixture
+
+    settings.STATIC_AGENTS_MATCH_WINDOW = 50
+    import_fixture(
+        load_fixture("rules:\n  - name: tail\n    match: {query: 'END$'}\n    response: {}\n")
+    )
+    ruleset = active_ruleset()
+    assert match_inquiry(ruleset, Inquiry("x" * 40 + "END")) is not None
+    assert match_inquiry(ruleset, Inquiry("x" * 100 + "END")) is None

@@ -1,0 +1,249 @@
+"""The request journal: every inquiry recorded exactly, credentials masked, filtered,
+paged, cleared and pruned by its cap."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from staticagents.core.inquiry import Inquiry
+from staticagents.models import JournalEntry
+from staticagents.replying.answer import answer_inquiry, prune_interval
+from tests.conftest import galaxy_query as ask
+
+LoadRules = Callable[[Any], dict[str, Any]]
+RULES = {
+    "rules": [
+        {"name": "greeting", "match": {"query": "(?i)hello"}, "response": {"content": "Hi!"}},
+        {
+            "name": "broken",
+            "match": {"contains": "broken"},
+            "response": {"error": {"status": 502, "message": "upstream down"}},
+        },
+        {
+            "name": "tools-only",
+            "match": {"agent_type": "custom_tool", "context": {"tool_id": "."}},
+            "response": {"content": "a tool"},
+        },
+    ],
+    "fallback": {"content": "I do not know."},
+}
+SECRETS = ("sk-galaxy-secret", "key-secret", "cookie-secret", "sk-openai-secret")
+
+
+def journal(control: httpx.Client, **params: Any) -> dict[str, Any]:
+    response = control.get("/journal", params=params)
+    assert response.status_code == 200, response.text
+    page: dict[str, Any] = response.json()
+    return page
+
+
+def test_the_journal_holds_exactly_the_requests_sent_with_credentials_masked(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    load_rules(RULES)
+    credentials = {
+        "Authorization": "Bearer sk-galaxy-secret",
+        "X-API-Key": "key-secret",
+        "Cookie": "sessionid=cookie-secret",
+        "X-Static-Session": "masked",
+    }
+    sent = [
+        {"query": "hello there", "agent_type": "router", "context": {}},
+        {"query": "is it broken?", "agent_type": "router"},
+        {"query": "what now", "agent_type": "router", "context": {"page_id": 7}},
+    ]
+    for body in sent:
+        httpx.post(f"{live_url}/api/ai/agents/query", json=body, headers=credentials)
+    llm = openai.OpenAI(
+        base_url=f"{live_url}/v1",
+        api_key="sk-openai-secret",
+        max_retries=0,
+        default_headers={"X-Static-Session": "masked"},
+    )
+    llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+
+    page = journal(control, session="masked")
+    assert page["count"] == 4
+    entries = list(reversed(page["results"]))  # the journal lists newest first
+    assert [json.loads(e["body"]) for e in entries[:3]] == sent
+    assert [e["query"] for e in entries] == ["hello there", "is it broken?", "what now", "hello"]
+    assert [e["dialect"] for e in entries] == ["galaxy"] * 3 + ["openai"]
+    assert [(e["rule"], e["outcome"], e["status"]) for e in entries] == [
+        ("greeting", "answered", 200),
+        ("broken", "error", 502),
+        (None, "answered", 200),
+        ("greeting", "answered", 200),
+    ]
+    galaxy_headers = entries[0]["headers"]
+    assert galaxy_headers["authorization"] == "Bearer ***"
+    assert galaxy_headers["x-api-key"] == "***"
+    assert galaxy_headers["cookie"] == "***"
+    assert galaxy_headers["x-static-session"] == "masked"
+    assert entries[3]["headers"]["authorization"] == "Bearer ***"
+    everything = control.get("/journal", params={"session": "masked"}).text
+    assert not [secret for secret in SECRETS if secret in everything]
+
+
+def test_an_entry_for_the_fallback_says_why_nothing_matched(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    load_rules(RULES)
+    ask(live_url, "good evening", agent_type="custom_tool", context={"page_id": 3})
+    [entry] = journal(control)["results"]
+    assert entry["rule"] is None
+    verdicts = {v["rule"]: (v["predicate"], v["reason"]) for v in entry["diagnosis"]}
+    assert verdicts == {
+        "greeting": ("query", "query 'good evening' does not match /(?i)hello/"),
+        "broken": ("contains", "query does not contain 'broken'"),
+        "tools-only": ("context", "context has no field 'tool_id'"),
+    }
+
+
+def test_answered_entries_carry_no_diagnosis(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    load_rules(RULES)
+    ask(live_url, "hello")
+    assert journal(control)["results"][0]["diagnosis"] is None
+
+
+def test_filters_narrow_the_journal(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    load_rules(RULES)
+    ask(live_url, "hello", session="one")
+    ask(live_url, "broken", session="one")
+    ask(live_url, "a tool", session="two", agent_type="custom_tool", context={"tool_id": "x"})
+    ask(live_url, "nothing", session="two", context={"Marker": "Case"})
+
+    def queries(**params: Any) -> list[str]:
+        return [e["query"] for e in journal(control, **params)["results"]]
+
+    assert queries(session="one") == ["broken", "hello"]
+    assert queries(agent_type="custom_tool") == ["a tool"]
+    assert queries(rule="greeting") == ["hello"]
+    assert queries(outcome="error") == ["broken"]
+    assert queries(fallback="true") == ["nothing"]
+    assert queries(dialect="galaxy", session="two") == ["nothing", "a tool"]
+    assert queries(dialect="openai") == []
+    assert queries(contains='"Marker"') == ["nothing"]
+    assert queries(contains='"marker"') == []  # the text must occur as written
+    errors = control.get("/journal", params={"outcome": "lost", "dialect": "smoke"}).json()
+    assert {e["path"] for e in errors["errors"]} == {"outcome", "dialect"}
+
+
+def test_the_journal_is_newest_first_and_paged_by_cursor(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    load_rules(RULES)
+    for n in range(5):
+        ask(live_url, f"question {n}")
+    first = journal(control, page_size=2)
+    assert first["count"] == 5
+    assert [e["query"] for e in first["results"]] == ["question 4", "question 3"]
+    ask(live_url, "question 5")  # a new entry does not shift the pages already cut
+    second = control.get(first["next"]).json()
+    assert [e["query"] for e in second["results"]] == ["question 2", "question 1"]
+    third = control.get(second["next"]).json()
+    assert [e["query"] for e in third["results"]] == ["question 0"]
+    assert third["next"] is None
+
+
+def test_clearing_the_journal_all_or_one_session(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    load_rules(RULES)
+    for session in ("keep", "drop", "drop"):
+        ask(live_url, "hello", session=session)
+    assert control.delete("/journal", params={"session": "drop"}).json() == {"deleted": 2}
+    assert [e["session"] for e in journal(control)["results"]] == ["keep"]
+    assert control.delete("/journal").json() == {"deleted": 1}
+    assert journal(control)["count"] == 0
+
+
+def test_a_client_that_leaves_a_stream_is_recorded_as_cancelled(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    words = " ".join(f"word{n}" for n in range(200))
+    slow = {"content": words, "stream": {"word_delay_ms": 20}}
+    load_rules({"rules": [{"name": "slow", "response": slow}]})
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    headers = {"X-Static-Session": "leaver"}
+    with httpx.stream(
+        "POST", f"{live_url}/v1/chat/completions", json=body, headers=headers
+    ) as stream:
+        next(stream.iter_lines())  # the stream has started; now leave
+    deadline = time.monotonic() + 5
+    while journal(control, session="leaver")["results"][0]["outcome"] != "cancelled":
+        assert time.monotonic() < deadline, "the entry was never marked cancelled"
+        time.sleep(0.05)
+    counters = control.get("/counters", params={"session": "leaver"}).json()
+    assert (counters["requests"], counters["cancelled"]) == (1, 1)
+
+
+def test_each_response_id_names_its_own_entry_when_many_share_a_commit(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    """Concurrent requests are journaled by the same group commits; every id still fits."""
+    load_rules(RULES)
+
+    def ask_openai(n: int) -> tuple[str, str]:
+        body = {"model": "m", "messages": [{"role": "user", "content": f"hello {n}"}]}
+        response = httpx.post(f"{live_url}/v1/chat/completions", json=body, timeout=30)
+        return f"hello {n}", response.json()["id"].removeprefix("chatcmpl-static")
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answered = list(pool.map(ask_openai, range(200)))
+    entries = {e["id"]: e["query"] for e in journal(control, page_size=500)["results"]}
+    assert len(entries) >= 200
+    assert all(entries[int(entry_id)] == query for query, entry_id in answered)
+
+
+# -- the reply path, without HTTP -----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_n_answers_make_n_entries(load_rules: LoadRules) -> None:
+    load_rules(RULES)
+    for n in range(30):
+        answer_inquiry(Inquiry(f"hello {n}", session="count"), route="/test", body=b"{}")
+    assert JournalEntry.objects.filter(session="count").count() == 30
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_journal_is_pruned_to_its_cap(load_rules: LoadRules, settings: Any) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX = 10
+    load_rules(RULES)
+    for n in range(25):
+        answer_inquiry(Inquiry(f"hello {n}"), route="/test", body=b"{}")
+    kept = list(JournalEntry.objects.order_by("id").values_list("query", flat=True))
+    assert kept == [f"hello {n}" for n in range(15, 25)]
+
+
+def test_the_served_journal_is_pruned_to_its_cap_as_it_commits(
+    live_url: str, load_rules: LoadRules, settings: Any
+) -> None:
+    # The reply routes' journal prunes in its own commit: once a reply is back,
+    # the journal already holds only the newest entries.
+    settings.STATIC_AGENTS_JOURNAL_MAX = 10
+    load_rules(RULES)
+    with httpx.Client(base_url=live_url) as http:
+        for n in range(25):
+            body = {"model": "static", "messages": [{"role": "user", "content": f"hello {n}"}]}
+            assert http.post("/v1/chat/completions", json=body).status_code == 200
+            kept = list(JournalEntry.objects.order_by("id").values_list("query", flat=True))
+            assert kept == [f"hello {k}" for k in range(max(0, n - 9), n + 1)]
+
+
+def test_pruning_runs_rarely_under_a_large_cap() -> None:
+    assert prune_interval(100_000) == 1000
+    assert prune_interval(10) == 1
+    assert prune_interval(0) == 1
