@@ -150,7 +150,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
-# The OpenAPI schema of the DRF routes, served at /api/schema/ (staticagents/api/openapi.py).
+# The OpenAPI schema of the DRF routes at /api/schema/ (staticagents/openapi.py).
 SPECTACULAR_SETTINGS = {
     "TITLE": "Static Agents",
     "DESCRIPTION": "Galaxy's agent and chat API, and the control API (README).",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from staticagents import openapi  # noqa: F401 (openapi describes the views)
+from staticagents.dialects.galaxy import schema  # noqa: F401 (describes the views)
 from staticagents.dialects.galaxy import views as galaxy
 
 urlpatterns: list[URLPattern] = [
