@@ -6,8 +6,9 @@ them: each API describes its views in a ``schema`` module of its own
 (``dialects/galaxy/schema.py``, ``control/schema.py``) with ``describe``, a
 drf-spectacular view extension, rather than in decorators spread over the views.
 Request bodies come from the same pydantic models that validate them, so the
-description cannot drift from what the views accept. Every error is declared with its route's error shape;
-the fuzz tests (tests/test_fuzz.py) hold the service to it.
+description cannot drift from what the views accept. Every error is declared
+with its route's error shape; the fuzz tests (tests/test_fuzz.py) hold the
+service to it.
 """
 
 from __future__ import annotations
