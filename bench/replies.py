@@ -106,10 +106,13 @@ def measure(server: Server, path: str, body: Path, seconds: int, connections: in
         return wrk(server.url + path, body, seconds=seconds, connections=connections)
 
 
-def run(seconds: int = 10, connections: int = 32, rounds: int = 2) -> list[dict[str, Any]]:
+def run(
+    seconds: int = 10, connections: int = 32, rounds: int = 2, baseline: Path | None = None
+) -> list[dict[str, Any]]:
     """The table. The head-to-head servers (ours, the raw app, aimock, ours without the
-    journal) take turns for ``rounds`` rounds and each keeps its best run, so a
-    slow minute of a shared machine lands on one run rather than on one server.
+    journal, and the ``baseline`` checkout when given) take turns for ``rounds`` rounds
+    and each keeps its best run, so a slow minute of a shared machine lands on one run
+    rather than on one server.
     """
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as tmp:
         directory = Path(tmp)
@@ -134,6 +137,10 @@ def run(seconds: int = 10, connections: int = 32, rounds: int = 2) -> list[dict[
                 env={"STATIC_AGENTS_JOURNAL": "off"},
             ),
         }
+        if baseline is not None:
+            head_to_head[f"baseline {baseline.name} (journal on)"] = serve(
+                "baseline", database_url=db, fixture=ours_fixture, tree=baseline
+            )
         results: dict[str, Load | str] = {}
         for _ in range(rounds):
             for name, server in head_to_head.items():

@@ -1,6 +1,7 @@
 """Run every benchmark and print one table per area, as ratios measured side by side.
 
     python -m bench.run [--seconds 10] [--rounds 2] [--only replies,streams,matching,fixtures]
+                        [--baseline ../earlier-checkout]
 
 Nothing here asserts a time: the figures are for reading, and the ratios (ours
 against a raw ASGI app and against aimock, in the same run on the same
@@ -14,6 +15,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench import matching, replies, stream_drift
@@ -48,13 +50,19 @@ def main() -> None:
         "--rounds", type=int, default=2, help="turns of the head-to-head reply servers"
     )
     parser.add_argument("--only", default="replies,streams,matching,fixtures")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (say, main's in a git worktree) whose server takes turns "
+        "with ours in the replies table",
+    )
     args = parser.parse_args()
     sections: dict[str, tuple[str, Callable[[], list[dict[str, Any]]]]] = {
         "replies": (
             "Replies: POST /v1/chat/completions (wrk, 2 threads, "
             f"{args.connections} connections, {args.seconds} s each, "
             f"best of {args.rounds} alternating runs)",
-            lambda: replies.run(args.seconds, args.connections, args.rounds),
+            lambda: replies.run(args.seconds, args.connections, args.rounds, args.baseline),
         ),
         "streams": (
             "Streams: SSE streams of 50 words, 10 ms apart: 1,000 at once; and 40 beside a "

@@ -33,6 +33,7 @@ class Server:
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
     ready_path: str = "/"
+    cwd: Path = ROOT
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -44,7 +45,7 @@ class Server:
         command = [part.replace("{port}", str(self.port)) for part in self.command]
         self.process = subprocess.Popen(
             command,
-            cwd=ROOT,
+            cwd=self.cwd,
             env={**os.environ, **self.env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -84,9 +85,16 @@ def serve(
     fixture: Path | None = None,
     workers: int = 1,
     env: dict[str, str] | None = None,
+    tree: Path = ROOT,
 ) -> Server:
-    """Our service through `manage.py serve`, with its production settings."""
-    command = [sys.executable, "manage.py", "serve", "--port", "{port}", "--workers", str(workers)]
+    """Our service through `manage.py serve`, with its production settings.
+
+    ``tree`` is another checkout to serve instead of this one (an earlier version,
+    to compare with in the same run); it runs on its own ``.venv`` when it has one.
+    """
+    python = tree / ".venv" / "bin" / "python"
+    executable = str(python) if tree != ROOT and python.exists() else sys.executable
+    command = [executable, "manage.py", "serve", "--port", "{port}", "--workers", str(workers)]
     if fixture is not None:
         command += ["--fixture", str(fixture)]
     return Server(
@@ -100,6 +108,7 @@ def serve(
             **(env or {}),
         },
         ready_path="/v1/models",
+        cwd=tree,
     )
 
 
