@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,11 +20,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.urls import path
 
-from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
-from staticagents.dialects.adk.sessions import StoredSession
-from staticagents.replying.answer import Answer, answer_inquiry
+from staticagents.dialects.adk.sessions import Run, StoredSession, start_run
 from staticagents.selectors import active_ruleset
 from staticagents.serving import access
 from staticagents.serving.route import ReplyRoute, RequestRejected, sse
@@ -164,48 +161,6 @@ class SessionRoute(SessionsRoute):
 
 
 # -- runs -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    """A run, decided: the answer, the ids of its model event, the session it belongs to."""
-
-    answer: Answer
-    ids: adk.EventIds
-    session_pk: int
-    streaming: bool
-
-
-def start_run(
-    request: adk.RunRequest, *, app: str, headers: dict[str, str], route: str, body: bytes
-) -> Run:
-    """Record the user's message in the session, then answer it (sync: runs in a thread)."""
-    message = adk.read_message(request.new_message)  # reject before anything is written
-    session = adk_sessions.open_session(
-        app=app,
-        user=request.user_id,
-        session_id=request.session_id,
-        state_delta=request.state_delta,
-    )
-    turn = adk.read_turn(message, session.events)
-    invocation_id = request.invocation_id or f"e-{uuid.uuid4()}"
-    user_ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), "user")
-    adk_sessions.append_events(
-        session.pk, [adk.user_event(message.content, user_ids, request.state_delta)]
-    )
-    inquiry = Inquiry(
-        query=turn.query,
-        agent_type=app,
-        context=adk.inquiry_context(session.state, request.custom_metadata),
-        dialect="adk",
-        turn=turn.turn,
-        tool_result=turn.tool_result,
-        session=session_key(headers, request.session_id),
-        headers=headers,
-    )
-    answer = answer_inquiry(inquiry, route=route, body=body)
-    ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), app)
-    return Run(answer, ids, session.pk, request.streaming)
 
 
 class RunRoute(AdkRoute):

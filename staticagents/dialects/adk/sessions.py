@@ -1,12 +1,14 @@
-"""Google ADK sessions in the database: create, read, list, delete, append events.
+"""Google ADK sessions in the database: create, read, list, delete, append events; runs.
 
 Sessions are shared by every worker process, so they live in the database, not
 in memory. Events are rows of their own: appending one is an insert, so two
-requests on one session never overwrite each other's events.
+requests on one session never overwrite each other's events. ``start_run``
+records a run's user message in its session and answers it.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +17,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from staticagents.core.inquiry import Inquiry, session_key
+from staticagents.dialects.adk import wire as adk
 from staticagents.models import AdkEvent, AdkSession
+from staticagents.replying.answer import Answer, answer_inquiry
 
 
 class SessionExists(Exception):
@@ -128,3 +133,46 @@ def update_state(
 def append_events(session_pk: int, events: Iterable[Mapping[str, Any]]) -> None:
     AdkEvent.objects.bulk_create([AdkEvent(session_id=session_pk, payload=dict(e)) for e in events])
     AdkSession.objects.filter(pk=session_pk).update(updated_at=timezone.now())
+
+
+# -- runs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run, decided: the answer, the ids of its model event, the session it belongs to."""
+
+    answer: Answer
+    ids: adk.EventIds
+    session_pk: int
+    streaming: bool
+
+
+def start_run(
+    request: adk.RunRequest, *, app: str, headers: dict[str, str], route: str, body: bytes
+) -> Run:
+    """Record the user's message in the session, then answer it (sync: runs in a thread)."""
+    message = adk.read_message(request.new_message)  # reject before anything is written
+    session = open_session(
+        app=app,
+        user=request.user_id,
+        session_id=request.session_id,
+        state_delta=request.state_delta,
+    )
+    turn = adk.read_turn(message, session.events)
+    invocation_id = request.invocation_id or f"e-{uuid.uuid4()}"
+    user_ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), "user")
+    append_events(session.pk, [adk.user_event(message.content, user_ids, request.state_delta)])
+    inquiry = Inquiry(
+        query=turn.query,
+        agent_type=app,
+        context=adk.inquiry_context(session.state, request.custom_metadata),
+        dialect="adk",
+        turn=turn.turn,
+        tool_result=turn.tool_result,
+        session=session_key(headers, request.session_id),
+        headers=headers,
+    )
+    answer = answer_inquiry(inquiry, route=route, body=body)
+    ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), app)
+    return Run(answer, ids, session.pk, request.streaming)
