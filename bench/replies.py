@@ -3,7 +3,8 @@
 Our service (matching and journal on) against the same bytes from a raw ASGI
 app under the same server, against aimock serving an equivalent fixture (when
 Node is present), and against our own service with the journal off; plus
-Galaxy's /api/ai/agents/query and our service with two workers.
+Galaxy's /api/ai/agents/query, OpenAI's /v1/responses (each response stored, and
+with ``store: false``) and our service with two workers.
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ def request_bodies(directory: Path) -> tuple[Path, Path]:
     (directory / "openai.json").write_text(json.dumps(openai))
     (directory / "galaxy.json").write_text(json.dumps(galaxy))
     return directory / "openai.json", directory / "galaxy.json"
+
+
+def responses_body(directory: Path, *, store: bool) -> Path:
+    """The same question to ``POST /v1/responses``; ``store``: kept in the database."""
+    body = {"model": "static", "input": QUESTION, "store": store}
+    path = directory / f"responses-store-{str(store).lower()}.json"
+    path.write_text(json.dumps(body))
+    return path
 
 
 def aimock(fixture: Path) -> Server | str:
@@ -158,6 +167,14 @@ def run(
             seconds,
             connections,
         )
+        for store in (True, False):
+            results[f"static-agents, /v1/responses (store: {str(store).lower()})"] = measure(
+                serve("static-agents", database_url=db, fixture=ours_fixture),
+                "/v1/responses",
+                responses_body(directory, store=store),
+                seconds,
+                connections,
+            )
         results["static-agents, 2 workers"] = measure(
             serve("static-agents", database_url=db, fixture=ours_fixture, workers=2),
             "/v1/chat/completions",

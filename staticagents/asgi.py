@@ -23,6 +23,7 @@ from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
 from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
+from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
@@ -30,6 +31,7 @@ from staticagents.serving.router import ReplyRouter  # noqa: E402
 # The router tries the reply routes in order: the busiest first.
 reply_routes = [
     *openai.http_routes,
+    *responses.http_routes,
     *anthropic.http_routes,
     *adk.http_routes,
     *galaxy_stream.http_routes,

@@ -384,3 +384,23 @@ class AdkEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session} event {self.pk}"
+
+
+class StoredResponse(models.Model):
+    """A response of the OpenAI Responses API, kept (``store``, OpenAI's default) so that
+    ``GET /v1/responses/{id}`` returns it and a follow-up naming it continues its conversation.
+
+    ``items`` is that conversation through this response, as the rules read it:
+    ``[[kind, text], ...]`` (``dialects/responses/wire.Item``).
+    """
+
+    response_id = models.CharField(max_length=100, unique=True)
+    body = models.JSONField(help_text="The response object, as sent")
+    items = models.JSONField(default=list, help_text="The conversation through this response")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["id"]
+
+    def __str__(self) -> str:
+        return self.response_id

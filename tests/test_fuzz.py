@@ -39,6 +39,7 @@ from staticagents.dialects.anthropic import wire as anthropic
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.llm.wire import InvalidRequest
 from staticagents.dialects.openai import wire as openai
+from staticagents.dialects.responses import wire as responses
 from staticagents.dialects.websocket import wire as websocket
 from staticagents.serving.route import RequestRejected, parse_json_object
 from tests.conftest import CONTROL_TOKEN
@@ -83,7 +84,8 @@ KEYS = [
     "appName", "userId", "sessionId", "newMessage", "parts", "functionCall",
     "functionResponse", "response", "args", "streaming", "stateDelta", "state_delta",
     "customMetadata", "invocationId", "thought", "events", "author", "save_exchange",
-    "job_id", "error_details", "entity_context", "regenerate",
+    "job_id", "error_details", "entity_context", "regenerate", "instructions", "call_id",
+    "output", "arguments", "summary", "previous_response_id", "store", "temperature",
 ]  # fmt: skip
 SCALARS = (
     st.none()
@@ -134,6 +136,38 @@ OPENAI_REQUEST = shaped(
         "stream": near(st.booleans()),
         "stream_options": shaped({}, {"include_usage": near(st.booleans())}),
         "tools": near(st.lists(OPENAI_TOOL, max_size=2)),
+        "metadata": ANY_JSON,
+    },
+)
+RESPONSES_PART = shaped(
+    {"type": near(st.sampled_from(["input_text", "output_text", "input_image"]))},
+    {"text": TEXT},
+)
+RESPONSES_CONTENT = near(st.one_of(TEXT, st.lists(RESPONSES_PART, max_size=3)))
+RESPONSES_ITEM = st.one_of(
+    shaped(
+        {"role": near(st.sampled_from(responses.ROLES)), "content": RESPONSES_CONTENT},
+        {"type": near(st.just("message"))},
+    ),
+    shaped(
+        {"type": near(st.just("function_call")), "call_id": TEXT, "name": TEXT},
+        {"arguments": TEXT},
+    ),
+    shaped(
+        {"type": near(st.just("function_call_output")), "call_id": TEXT},
+        {"output": RESPONSES_CONTENT},
+    ),
+    shaped({"type": near(st.just("reasoning"))}, {"summary": ANY_JSON, "id": TEXT}),
+)
+RESPONSES_REQUEST = shaped(
+    {"model": TEXT},
+    {
+        "input": near(st.one_of(TEXT, st.lists(RESPONSES_ITEM, max_size=4))),
+        "instructions": TEXT,
+        "stream": near(st.booleans()),
+        "store": near(st.booleans()),
+        "tools": near(st.lists(shaped({"type": TEXT}, {"name": TEXT}), max_size=2)),
+        "temperature": ANY_JSON,
         "metadata": ANY_JSON,
     },
 )
@@ -242,6 +276,17 @@ def test_the_openai_parser_returns_a_conversation_or_its_invalid_request(
     )
 
 
+def test_the_responses_parser_returns_a_request_or_its_invalid_request(
+    tally: Counter[str],
+) -> None:
+    def parse(body: bytes) -> Any:
+        return responses.parse_responses_request(parse_json_object(body)).conversation()
+
+    parser_test(
+        "responses", json_bytes(RESPONSES_REQUEST), parse, (InvalidRequest, RequestRejected), tally
+    )
+
+
 def test_the_anthropic_parser_returns_a_conversation_or_its_invalid_request(
     tally: Counter[str],
 ) -> None:
@@ -325,6 +370,7 @@ def test_the_galaxy_parsers_return_a_request_or_galaxy_request_invalid(
 
 ROUTES: list[tuple[str, st.SearchStrategy[Any], Callable[[Any], bool]]] = [
     ("/v1/chat/completions", OPENAI_REQUEST, lambda body: "message" in body["error"]),
+    ("/v1/responses", RESPONSES_REQUEST, lambda body: "message" in body["error"]),
     ("/v1/messages", ANTHROPIC_REQUEST, lambda body: body["type"] == "error"),
     ("/run", ADK_RUN, lambda body: "detail" in body),
     ("/api/chat/stream", GALAXY_CHAT, lambda body: isinstance(body["err_code"], int)),

@@ -113,6 +113,29 @@ ROUTES = [
     ),
     Route(
         "POST",
+        "/v1/responses",
+        "openai",
+        {"model": "m", "input": "hi"},
+        [
+            ({"input": "hi"}, 400, "model: field required"),
+            ({"model": 5, "input": "hi"}, 400, "model: must be a string, not a number"),
+            ({"model": "m", "input": 5}, 400, "input: must be a string or an array of items"),
+            ({"model": "m", "input": [{"role": "boss", "content": "hi"}]}, 400, "input[0].role"),
+            ({"model": "m", "input": [{"type": "function_call_output"}]}, 400, "input[0].call_id"),
+            ({"model": "m", "input": "hi", "tools": {}}, 400, "tools: must be an array"),
+            ({"model": "m", "input": "hi", "stream": "yes"}, 400, "stream: must be a boolean"),
+            ({"model": "m", "previous_response_id": "resp_nobody"}, 400, "'resp_nobody' not found"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/agents/router/v1/responses",
+        "openai",
+        {"model": "m", "input": [{"role": "user", "content": "hi"}]},
+        [({"model": "m", "input": [{"role": "user"}]}, 400, "input[0].content")],
+    ),
+    Route(
+        "POST",
         "/v1/messages",
         "anthropic",
         {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
@@ -437,7 +460,11 @@ def test_djangos_own_body_limit_is_a_413_too(
 def test_a_huge_body_at_the_default_limit_is_refused_without_a_500(http: httpx.Client) -> None:
     """The configured default (10 MB), on one route of each kind."""
     body = b'{"query": "' + b"x" * (11 * 1024 * 1024) + b'"}'
-    for path, shape in [("/v1/messages", "anthropic"), ("/api/chat", "galaxy")]:
+    for path, shape in [
+        ("/v1/messages", "anthropic"),
+        ("/v1/responses", "openai"),
+        ("/api/chat", "galaxy"),
+    ]:
         response = http.post(path, content=body, headers=JSON)
         assert response.status_code == 413
         refusal(response, shape)
@@ -494,6 +521,8 @@ BAD_REQUESTS = [
     ("GET", "/v1/chat/completions", "openai", 405),
     ("DELETE", "/v1/messages", "anthropic", 405),
     ("POST", "/v1/models", "openai", 405),
+    ("GET", "/v1/responses", "openai", 405),
+    ("PUT", "/v1/responses/resp_1", "openai", 405),
     ("GET", "/run", "adk", 405),
     ("PUT", "/list-apps", "adk", 405),
     ("GET", "/api/chat/stream", "galaxy", 405),
@@ -504,6 +533,9 @@ BAD_REQUESTS = [
     ("GET", "/v1/nothing-here", "openai", 404),
     ("POST", "/v1/chat/completions/extra", "openai", 404),
     ("POST", "/agents/router/v1/messages/extra", "anthropic", 404),
+    ("GET", "/v1/responses/resp_nobody", "openai", 404),
+    ("DELETE", "/agents/router/v1/responses/resp_nobody", "openai", 404),
+    ("POST", "/v1/responses/resp_1/cancel", "openai", 404),
     ("GET", "/api/nothing-here", "galaxy", 404),
     ("POST", "/api/ai/agents/query/extra", "galaxy", 404),
     ("GET", "/control/nothing-here", "control", 404),

@@ -164,6 +164,39 @@ def test_an_edit_through_the_control_api_is_seen_by_every_server_at_once(
     assert set(answers) == {"new answer"}
 
 
+def test_a_stored_response_is_continued_read_and_deleted_through_another_server(
+    database: str, tmp_path: Path
+) -> None:
+    """The Responses API's store lives in the database: any worker continues what one answered."""
+    document = {
+        "rules": [
+            {
+                "name": "call",
+                "match": {"tool_result": False},
+                "response": {"tool_calls": [{"name": "lookup", "id": "call_1"}]},
+            },
+            {
+                "name": "report",
+                "match": {"tool_result": True},
+                "response": {"template": True, "content": "$query: $tool_result"},
+            },
+        ]
+    }
+    fixture = fixture_file(tmp_path, document)
+    with server(database, fixture, workers=1) as first, server(database, None) as second:
+        asked = httpx.post(f"{first.url}/v1/responses", json={"model": "m", "input": "weather?"})
+        response_id = asked.json()["id"]
+        output = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+        follow_up = httpx.post(
+            f"{second.url}/v1/responses",
+            json={"model": "m", "previous_response_id": response_id, "input": [output]},
+        )
+        assert follow_up.json()["output"][0]["content"][0]["text"] == "weather?: sunny"
+        assert httpx.get(f"{second.url}/v1/responses/{response_id}").json() == asked.json()
+        assert httpx.delete(f"{first.url}/v1/responses/{response_id}").status_code == 200
+        assert httpx.get(f"{second.url}/v1/responses/{response_id}").status_code == 404
+
+
 def test_a_fixture_replaced_under_traffic_is_seen_whole_or_not_at_all(
     database: str, tmp_path: Path
 ) -> None:

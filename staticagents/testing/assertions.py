@@ -8,8 +8,8 @@ journal usually means the agent did not send the session header, and a check
 of nothing must not pass.
 
 The body shapes understood are those of the dialects the service speaks:
-OpenAI Chat Completions, Anthropic Messages, the Google ADK ``/run`` body and
-the WebSocket message.
+OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, the Google ADK
+``/run`` body and the WebSocket message.
 """
 
 from __future__ import annotations
@@ -123,8 +123,9 @@ def assert_tool_result_sent(
     """Fail unless some request sent back a tool result for ``call_id``; return that request.
 
     ``contains``: the result's text must also contain this. Tool results are
-    OpenAI ``tool`` messages (``tool_call_id``), Anthropic ``tool_result``
-    blocks (``tool_use_id``) and ADK ``functionResponse`` parts (``id``).
+    OpenAI ``tool`` messages (``tool_call_id``), Responses ``function_call_output``
+    items (``call_id``), Anthropic ``tool_result`` blocks (``tool_use_id``) and ADK
+    ``functionResponse`` parts (``id``).
     """
     recorded = _recorded(requests, "assert_tool_result_sent")
     seen: list[str] = []
@@ -151,7 +152,7 @@ def tool_results(body: Any) -> list[ToolResult]:
     """The tool results a request body carries, in any dialect the service speaks."""
     if not isinstance(body, Mapping):
         return []
-    found = list(_openai_and_anthropic_results(body))
+    found = [*_openai_and_anthropic_results(body), *_responses_results(body)]
     message = body.get("newMessage", body.get("new_message"))
     if isinstance(message, Mapping):
         found += _adk_results(message)
@@ -176,6 +177,13 @@ def _openai_and_anthropic_results(body: Mapping[str, Any]) -> Iterator[ToolResul
                     _text_of(block.get("content")),
                     f"messages[{index}].content[{block_index}]",
                 )
+
+
+def _responses_results(body: Mapping[str, Any]) -> Iterator[ToolResult]:
+    items = body.get("input")
+    for index, item in enumerate(items if isinstance(items, list) else ()):
+        if isinstance(item, Mapping) and item.get("type") == "function_call_output":
+            yield ToolResult(item.get("call_id"), _text_of(item.get("output")), f"input[{index}]")
 
 
 def _adk_results(message: Mapping[str, Any]) -> Iterator[ToolResult]:
@@ -229,13 +237,16 @@ def assert_system_prompt(
 
 
 def system_prompt(body: Any) -> str | None:
-    """The system prompt of an OpenAI or Anthropic request body; None when it has none."""
+    """The system prompt of an OpenAI (chat or Responses) or Anthropic request body; None
+    when it has none."""
     if not isinstance(body, Mapping):
         return None
     if "system" in body and body["system"] is not None:
         return _text_of(body["system"])
-    messages = body.get("messages")
-    texts = [
+    messages = body.get("messages", body.get("input"))
+    instructions = body.get("instructions")
+    texts = [instructions] if isinstance(instructions, str) else []
+    texts += [
         _text_of(message.get("content"))
         for message in (messages if isinstance(messages, list) else ())
         if isinstance(message, Mapping) and message.get("role") in ("system", "developer")

@@ -1,0 +1,143 @@
+"""The OpenAI Responses routes: ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/{id}``.
+
+All three also answer under an ``/agents/{agent_type}/`` prefix, as the chat
+route does. A response is stored (unless the request says ``store: false``)
+before its first byte leaves, so a follow-up naming it as
+``previous_response_id`` finds it on any worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.urls import re_path
+
+from staticagents.dialects.llm.routes import AGENT_PREFIX, ModelReplyRoute, retry_headers
+from staticagents.dialects.llm.wire import Envelope, InvalidRequest, StreamEvent
+from staticagents.dialects.openai import wire as openai
+from staticagents.dialects.openai.routes import openai_key_refusal
+from staticagents.dialects.responses import store
+from staticagents.dialects.responses import wire as responses
+from staticagents.dialects.responses.wire import Item, ResponsesRequest
+from staticagents.serving import access
+from staticagents.serving.route import RequestRejected, parse_json_object, sse_frame
+
+
+class ResponsesApiRoute(ModelReplyRoute):
+    """OpenAI's error shape and key refusal, for every Responses route."""
+
+    dialect = "responses"
+    id_prefix = "resp_"
+
+    def error_body(self, rejection: RequestRejected) -> Any:
+        return openai.error_body(rejection.message, rejection.kind, rejection.param, rejection.code)
+
+    def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
+        return openai_key_refusal(refusal)
+
+
+class ResponsesRoute(ResponsesApiRoute):
+    """``POST /v1/responses``: a response object, or its typed events."""
+
+    async def respond(self, body: bytes) -> None:
+        self.require_method("POST")
+        request = self.read(body)
+        history = await self.history(request.previous_response_id)
+        answer = await self.answer(request.conversation(history), body)
+        reply, envelope = answer.reply, self.envelope(answer, request.model)
+        headers = self.request_id_headers(envelope)
+        if reply.error is not None:
+            headers += retry_headers(reply.retry_after)
+            error = openai.scripted_error_body(reply.error)
+            await self.send_json(reply.error.status, error, headers)
+            return
+        final = responses.response_body(reply, envelope, request)
+        if request.store:
+            items = [*history, *request.items, *responses.conversation_items(reply)]
+            await self.keep(envelope.id, final, items)
+        if not request.stream:
+            await self.send_json(200, final, headers)
+            return
+        events = responses.stream_events(reply, envelope, request)
+        if not await self.stream(events, headers, closing=b""):
+            await self.cut_off(envelope, request, events)
+
+    def read(self, body: bytes) -> ResponsesRequest:
+        try:
+            return responses.parse_responses_request(parse_json_object(body))
+        except InvalidRequest as invalid:
+            raise RequestRejected(400, invalid.message, param=invalid.param) from None
+
+    async def history(self, previous_response_id: str | None) -> list[Item]:
+        """The stored conversation that ``previous_response_id`` names (none: empty)."""
+        if previous_response_id is None:
+            return []
+        items: list[Item] | None = await database_sync_to_async(store.conversation_of)(
+            previous_response_id
+        )
+        if items is None:
+            raise RequestRejected(
+                400,
+                f"Previous response with id {previous_response_id!r} not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        return items
+
+    async def keep(self, response_id: str, body: dict[str, Any], items: Sequence[Item]) -> None:
+        await database_sync_to_async(store.save_response)(
+            response_id=response_id, body=body, items=items
+        )
+
+    async def cut_off(
+        self, envelope: Envelope, request: ResponsesRequest, events: Sequence[StreamEvent]
+    ) -> None:
+        """End a stream the maximum duration cut short with ``response.failed``.
+
+        The paced sender sent every event due within the limit, so the failure's
+        sequence number follows theirs.
+        """
+        limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+        sent = sum(1 for event in events if event.at <= limit)
+        message = responses.cut_off_message(limit)
+        failed, event = responses.failed_event(envelope, request, message, sent)
+        if request.store:
+            await database_sync_to_async(store.replace_body)(envelope.id, failed)
+        await self.end_stream(sse_frame(event.data, event.event))
+
+
+class StoredResponseRoute(ResponsesApiRoute):
+    """``GET /v1/responses/{id}`` (the stored response) and ``DELETE`` (forget it)."""
+
+    async def respond(self, body: bytes) -> None:
+        method = self.scope.get("method", "")
+        response_id: str = self.scope["url_route"]["kwargs"]["response_id"]
+        if method == "GET":
+            stored = await database_sync_to_async(store.stored_body)(response_id)
+            if stored is None:
+                raise self.not_found(response_id)
+            await self.send_json(200, stored)
+        elif method == "DELETE":
+            if not await database_sync_to_async(store.delete_response)(response_id):
+                raise self.not_found(response_id)
+            await self.send_json(200, responses.deleted_body(response_id))
+        else:
+            path = self.scope.get("path", "")
+            raise RequestRejected(
+                405, f"method {method} is not allowed on {path}: use GET or DELETE"
+            )
+
+    @staticmethod
+    def not_found(response_id: str) -> RequestRejected:
+        return RequestRejected(404, f"Response with id {response_id!r} not found.")
+
+
+http_routes = [
+    re_path(AGENT_PREFIX + r"v1/responses/?$", ResponsesRoute.as_asgi()),
+    re_path(
+        AGENT_PREFIX + r"v1/responses/(?P<response_id>[^/]+)/?$", StoredResponseRoute.as_asgi()
+    ),
+]
