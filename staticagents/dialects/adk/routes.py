@@ -18,9 +18,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.urls import path
 
+from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from staticagents.conf import settings
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
 from staticagents.services import ensure_control_token, import_fixture
