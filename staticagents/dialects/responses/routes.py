@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.urls import re_path
 
+from staticagents.conf import settings
 from staticagents.dialects.llm.routes import AGENT_PREFIX, ModelReplyRoute, retry_headers
 from staticagents.dialects.llm.wire import Envelope, InvalidRequest, StreamEvent
 from staticagents.dialects.openai import wire as openai

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from staticagents.conf import hot
+from staticagents.conf import settings
 from staticagents.dialects.responses.wire import Item
 from staticagents.models import StoredResponse
 
@@ -28,7 +28,7 @@ def save_response(*, response_id: str, body: dict[str, Any], items: Sequence[Ite
         items=[[item.kind, item.text] for item in items],
     )
     if _prune_due():
-        StoredResponse.objects.filter(id__lte=row.id - hot.STATIC_AGENTS_JOURNAL_MAX).delete()
+        StoredResponse.objects.filter(id__lte=row.id - settings.STATIC_AGENTS_JOURNAL_MAX).delete()
 
 
 def _prune_due() -> bool:
@@ -36,7 +36,7 @@ def _prune_due() -> bool:
     global _unpruned
     with _prune_lock:
         _unpruned += 1
-        if _unpruned < max(1, min(1000, hot.STATIC_AGENTS_JOURNAL_MAX // 100)):
+        if _unpruned < max(1, min(1000, settings.STATIC_AGENTS_JOURNAL_MAX // 100)):
             return False
         _unpruned = 0
         return True
