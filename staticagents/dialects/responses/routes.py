@@ -57,7 +57,7 @@ class ResponsesRoute(ResponsesApiRoute):
         final = responses.response_body(reply, envelope, request)
         if request.store:
             items = [*history, *request.items, *responses.conversation_items(reply)]
-            await self.keep(envelope.id, final, items)
+            await store.keep_response(envelope.id, final, items)
         if not request.stream:
             await self.send_json(200, final, headers)
             return
@@ -86,11 +86,6 @@ class ResponsesRoute(ResponsesApiRoute):
                 code="previous_response_not_found",
             )
         return items
-
-    async def keep(self, response_id: str, body: dict[str, Any], items: Sequence[Item]) -> None:
-        await database_sync_to_async(store.save_response)(
-            response_id=response_id, body=body, items=items
-        )
 
     async def cut_off(
         self, envelope: Envelope, request: ResponsesRequest, events: Sequence[StreamEvent]
