@@ -110,6 +110,25 @@ def test_openai_streaming_with_a_wrong_key_fails_before_any_event(keyed_url: str
         )
 
 
+def test_the_responses_routes_take_an_openai_key_and_refuse_others_as_openai_does(
+    keyed_url: str,
+) -> None:
+    wrong = openai.OpenAI(base_url=f"{keyed_url}/v1", api_key=WRONG, max_retries=0)
+    for call in (
+        lambda: wrong.responses.create(model="m", input="hi"),
+        lambda: wrong.responses.create(model="m", input="hi", stream=True),
+        lambda: wrong.responses.retrieve("resp_1"),
+        lambda: wrong.responses.delete("resp_1"),
+    ):
+        with pytest.raises(openai.AuthenticationError) as raised:
+            call()
+        assert raised.value.body["code"] == "invalid_api_key"  # type: ignore[index]
+    right = openai.OpenAI(base_url=f"{keyed_url}/v1", api_key=KEY, max_retries=0)
+    response = right.responses.create(model="m", input="hi")
+    assert response.output_text == "hello from the rules"
+    assert right.responses.retrieve(response.id).id == response.id
+
+
 # -- Anthropic --------------------------------------------------------------------------------
 
 
