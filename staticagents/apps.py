@@ -5,6 +5,3 @@ class StaticAgentsConfig(AppConfig):
     name = "staticagents"
     verbose_name = "Static Agents"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        from staticagents import signals  # noqa: F401  (connects the version bump)
