@@ -10,7 +10,5 @@ class StaticAgentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from staticagents import signals  # noqa: F401  (connects the version bump)
-
         checks.register(check_limits, "staticagents")
         checks.register(check_fixtures, "staticagents")

@@ -254,7 +254,7 @@ class FixtureView(ControlView):
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         # Read one byte past the limit, so load_fixture can name an oversized body.
         document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
-        return Response(asdict(import_fixture(document, merge=merge, dry_run=dry_run)))
+        return Response(asdict(import_fixture(document=document, merge=merge, dry_run=dry_run)))
 
 
 def _wants_json(request: Request) -> bool:

@@ -19,7 +19,6 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from django.urls import path
 
-from staticagents.conf import settings
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.adk.sessions import Run, StoredSession, start_run
@@ -194,11 +193,11 @@ class RunSseRoute(RunRoute):
         run = await self.begin(body)
         events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
         await self.start_sse()
-        if await self.send_paced((at, sse(event)) for at, event in events):
-            await self.finish(run, events[-1][1])
+        stopped = await self.send_paced(events)
+        if stopped is None:
+            await self.finish(run, events[-1].data)
         else:
-            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-            cut_off = adk.cut_off_event(run.ids, limit)
+            cut_off = adk.cut_off_event(run.ids, stopped.limit)
             await self.finish(run, cut_off, sse(cut_off))
 
     async def finish(self, run: Run, final: dict[str, Any], tail: bytes = b"") -> None:

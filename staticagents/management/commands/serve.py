@@ -103,5 +103,5 @@ class Command(BaseCommand):
             if Rule.objects.exists():
                 return
             path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
-        result = import_fixture(read_fixture(path))
+        result = import_fixture(document=read_fixture(path))
         self.stdout.write(f"{path}: {result.summary()}")
