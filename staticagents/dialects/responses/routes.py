@@ -14,16 +14,16 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.urls import re_path
 
-from staticagents.conf import settings
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.llm.routes import AGENT_PREFIX, ModelReplyRoute, retry_headers
-from staticagents.dialects.llm.wire import Envelope, InvalidRequest, StreamEvent
+from staticagents.dialects.llm.wire import Envelope, InvalidRequest
 from staticagents.dialects.openai import wire as openai
 from staticagents.dialects.openai.routes import openai_key_refusal
 from staticagents.dialects.responses import store
 from staticagents.dialects.responses import wire as responses
 from staticagents.dialects.responses.wire import Item, ResponsesRequest
 from staticagents.serving import access
-from staticagents.serving.route import RequestRejected, parse_json_object, sse_frame
+from staticagents.serving.route import RequestRejected, parse_json_object, sse_frames
 
 
 class ResponsesApiRoute(ModelReplyRoute):
@@ -61,9 +61,11 @@ class ResponsesRoute(ResponsesApiRoute):
         if not request.stream:
             await self.send_json(200, final, headers)
             return
-        events = responses.stream_events(reply, envelope, request)
-        if not await self.stream(events, headers, closing=b""):
-            await self.cut_off(envelope, request, events)
+        frames = responses.stream_events(reply, envelope, request)
+        await self.start_sse(headers)
+        stopped = await self.send_paced(frames, closing=b"")
+        if stopped is not None:
+            await self.cut_off(envelope, request, frames, stopped.limit)
 
     def read(self, body: bytes) -> ResponsesRequest:
         try:
@@ -88,20 +90,23 @@ class ResponsesRoute(ResponsesApiRoute):
         return items
 
     async def cut_off(
-        self, envelope: Envelope, request: ResponsesRequest, events: Sequence[StreamEvent]
+        self,
+        envelope: Envelope,
+        request: ResponsesRequest,
+        frames: Sequence[TimedFrame],
+        limit: float,
     ) -> None:
         """End a stream the maximum duration cut short with ``response.failed``.
 
-        The paced sender sent every event due within the limit, so the failure's
+        The paced sender sent every frame due within the limit, so the failure's
         sequence number follows theirs.
         """
-        limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-        sent = sum(1 for event in events if event.at <= limit)
+        sent = sum(1 for frame in frames if frame.at <= limit)
         message = responses.cut_off_message(limit)
-        failed, event = responses.failed_event(envelope, request, message, sent)
+        failed, frame = responses.failed_event(envelope, request, message, sent)
         if request.store:
             await database_sync_to_async(store.replace_body)(envelope.id, failed)
-        await self.end_stream(sse_frame(event.data, event.event))
+        await self.end_stream(sse_frames([frame]))
 
 
 class StoredResponseRoute(ResponsesApiRoute):

@@ -23,14 +23,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from staticagents.core.replies import Reply, ToolCall
-from staticagents.core.timing import chunk_text, plan_stream, schedule
+from staticagents.core.timing import TimedFrame, chunk_text, plan_stream, schedule
 from staticagents.core.values import value_class
 from staticagents.dialects.llm.wire import (
     SLOT,
     Conversation,
     Envelope,
     InvalidRequest,
-    StreamEvent,
     TextTemplate,
     arguments_json,
     inquiry_context,
@@ -379,7 +378,7 @@ def usage_body(reply: Reply) -> dict[str, Any]:
 # -- streams ----------------------------------------------------------------------------
 
 
-def stream_events(reply: Reply, envelope: Envelope, request: ResponsesRequest) -> list[StreamEvent]:
+def stream_events(reply: Reply, envelope: Envelope, request: ResponsesRequest) -> list[TimedFrame]:
     """The typed events of a streamed reply, each at its scripted time, numbered in order.
 
     Thinking and text stream on the reply's schedule; each tool call's item
@@ -416,11 +415,11 @@ class EventWriter:
     """Writes the events of each output item in order, counting the items as it goes."""
 
     def __init__(self) -> None:
-        self.events: list[StreamEvent] = []
+        self.events: list[TimedFrame] = []
         self.index = 0  # the output index of the next item
 
     def add(self, at: float, payload: dict[str, Any]) -> None:
-        self.events.append(StreamEvent.of(at, payload, payload["type"]))
+        self.events.append(TimedFrame(at, payload, payload["type"]))
 
     def deltas(self, payload: dict[str, Any], pieces: Sequence[tuple[float, str]]) -> None:
         template = TextTemplate(payload, payload["type"])
@@ -485,30 +484,34 @@ class EventWriter:
         )
         self.done(end, _function_call(item_id, call, "completed"))
 
-    def numbered(self) -> list[StreamEvent]:
+    def numbered(self) -> list[TimedFrame]:
         return list(numbered(self.events))
 
 
-def numbered(events: Sequence[StreamEvent], start: int = 0) -> Iterator[StreamEvent]:
+def numbered(events: Sequence[TimedFrame], start: int = 0) -> Iterator[TimedFrame]:
     """The events with their ``sequence_number``, counted from ``start``.
 
-    Spliced into the rendered JSON (an object, so it ends with ``}``): the delta
-    templates stay one concatenation per event.
+    A delta rendered from a template (bytes: a JSON object, so it ends with
+    ``}``) has the number spliced in, which keeps it one concatenation.
     """
     for number, event in enumerate(events, start):
-        data = event.data[:-1] + b',"sequence_number":%d}' % number
-        yield StreamEvent(event.at, data, event.event)
+        data = event.data
+        if type(data) is bytes:
+            data = data[:-1] + b',"sequence_number":%d}' % number
+        else:
+            data = {**data, "sequence_number": number}
+        yield TimedFrame(event.at, data, event.event)
 
 
 def failed_event(
     envelope: Envelope, request: ResponsesRequest, message: str, sequence_number: int
-) -> tuple[dict[str, Any], StreamEvent]:
+) -> tuple[dict[str, Any], TimedFrame]:
     """The failed response, and the ``response.failed`` event that announces it."""
     failed = {
         **_response(envelope, request, "failed"),
         "error": {"code": "server_error", "message": message},
     }
-    event = StreamEvent.of(0.0, {"type": "response.failed", "response": failed}, "response.failed")
+    event = TimedFrame(0.0, {"type": "response.failed", "response": failed}, "response.failed")
     return failed, next(numbered([event], sequence_number))
 
 
