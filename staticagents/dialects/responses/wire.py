@@ -311,8 +311,7 @@ def output_items(reply: Reply, ids: ItemIds) -> list[dict[str, Any]]:
     if reply.thinking:
         items.append(_reasoning(ids.reasoning, reply.thinking, "completed"))
     if _has_message(reply):
-        status = "incomplete" if reply.finish_reason in INCOMPLETE else "completed"
-        items.append(_message(ids.message, [_text_part(reply.content)], status))
+        items.append(_message(ids.message, [_text_part(reply.content)], _message_status(reply)))
     items += [
         _function_call(ids.call(i), call, "completed") for i, call in enumerate(reply.tool_calls)
     ]
@@ -325,6 +324,10 @@ def conversation_items(reply: Reply) -> list[Item]:
     if _has_message(reply):
         items.append(Item(ASSISTANT, reply.content))
     return items + [Item(CALL, call.name) for call in reply.tool_calls]
+
+
+def _message_status(reply: Reply) -> str:
+    return "incomplete" if reply.finish_reason in INCOMPLETE else "completed"
 
 
 def _has_message(reply: Reply) -> bool:
@@ -401,7 +404,8 @@ def stream_events(reply: Reply, envelope: Envelope, request: ResponsesRequest) -
         events.reasoning(ids.reasoning, reply.thinking or "", thinking)
     if _has_message(reply):
         text = [(p.at, p.text) for p in pieces if p.kind == "text"]
-        events.message(ids.message, reply.content, text, stream_end(events.events, first))
+        due = stream_end(events.events, first)
+        events.message(ids.message, reply.content, _message_status(reply), text, due)
     for index, (call, parts) in enumerate(zip(reply.tool_calls, arguments, strict=True)):
         begin = next(later)
         events.function_call(ids.call(index), call, begin, [(next(later), p) for p in parts])
@@ -453,7 +457,12 @@ class EventWriter:
         self.done(end, _reasoning(item_id, thinking, "completed"))
 
     def message(
-        self, item_id: str, text: str, pieces: Sequence[tuple[float, str]], due: float
+        self,
+        item_id: str,
+        text: str,
+        status: str,
+        pieces: Sequence[tuple[float, str]],
+        due: float,
     ) -> None:
         begin = min([due, *(at for at, _ in pieces[:1])])
         end = pieces[-1][0] if pieces else begin
@@ -463,7 +472,7 @@ class EventWriter:
         self.deltas(delta, pieces)
         self.add(end, {"type": "response.output_text.done", **where, "text": text, "logprobs": []})
         self.add(end, {"type": "response.content_part.done", **where, "part": _text_part(text)})
-        self.done(end, _message(item_id, [_text_part(text)], "completed"))
+        self.done(end, _message(item_id, [_text_part(text)], status))
 
     def function_call(
         self, item_id: str, call: ToolCall, begin: float, pieces: Sequence[tuple[float, str]]

@@ -342,8 +342,11 @@ def test_a_reply_cut_short_is_an_incomplete_response(client: openai.OpenAI) -> N
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.output[0].status == "incomplete"  # type: ignore[union-attr]
     events = list(client.responses.create(model="gpt-5", input="#long", stream=True))
     assert events[-1].type == "response.incomplete"
+    [done] = [event for event in events if event.type == "response.output_item.done"]
+    assert done.item.status == "incomplete"  # type: ignore[union-attr]
 
 
 # -- stored responses --------------------------------------------------------------------
