@@ -1,4 +1,7 @@
 from django.apps import AppConfig
+from django.core import checks
+
+from staticagents.checks import check_fixtures, check_limits
 
 
 class StaticAgentsConfig(AppConfig):
@@ -8,3 +11,6 @@ class StaticAgentsConfig(AppConfig):
 
     def ready(self) -> None:
         from staticagents import signals  # noqa: F401  (connects the version bump)
+
+        checks.register(check_limits, "staticagents")
+        checks.register(check_fixtures, "staticagents")

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 from typing import IO, Any
 
 import orjson
-from django.conf import settings
 from django.http import HttpResponse
 from rest_framework import serializers
 from rest_framework.authentication import (
@@ -30,6 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from staticagents.conf import settings
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json

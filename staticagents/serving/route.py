@@ -27,9 +27,8 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 from channels.db import database_sync_to_async
-from django.conf import settings
 
-from staticagents.conf import hot
+from staticagents.conf import settings
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.replying.answer import mark_cancelled
@@ -142,12 +141,12 @@ class ReplyRoute:
             message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
             return RequestRejected(415, message)
         length = headers.get("content-length", "").strip()
-        if is_ascii_number(length) and int(length) > hot.STATIC_AGENTS_MAX_BODY_BYTES:
+        if is_ascii_number(length) and int(length) > settings.STATIC_AGENTS_MAX_BODY_BYTES:
             return self.too_large()
         return None
 
     def too_large(self) -> RequestRejected:
-        limit = hot.STATIC_AGENTS_MAX_BODY_BYTES
+        limit = settings.STATIC_AGENTS_MAX_BODY_BYTES
         message = f"request body exceeds {limit} bytes (STATIC_AGENTS_MAX_BODY_BYTES)"
         return RequestRejected(413, message, "request_too_large")
 
@@ -185,7 +184,7 @@ class ReplyRoute:
     async def read_body(self, receive: Receive) -> bytes | None:
         """The whole request body, or None when it was refused or the client left."""
         chunks: list[bytes] = []
-        size, limit = 0, hot.STATIC_AGENTS_MAX_BODY_BYTES
+        size, limit = 0, settings.STATIC_AGENTS_MAX_BODY_BYTES
         while True:
             message = await receive()
             if message["type"] != "http.request":

@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.urls import path
 
+from staticagents.conf import settings
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.adk.sessions import Run, StoredSession, start_run

@@ -15,9 +15,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.urls import re_path
 
+from staticagents.conf import settings
 from staticagents.dialects.galaxy import exchanges as chat_exchanges
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.galaxy.exchanges import ExchangeNotFound

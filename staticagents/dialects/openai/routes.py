@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.urls import re_path
 
+from staticagents.conf import settings
 from staticagents.dialects.anthropic import wire as anthropic
 from staticagents.dialects.llm.routes import (
     AGENT_PREFIX,

@@ -29,9 +29,9 @@ from typing import Any
 import orjson
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 from django.urls import path, re_path
 
+from staticagents.conf import settings
 from staticagents.core.inquiry import session_key
 from staticagents.dialects.websocket import wire as dialect
 from staticagents.replying.answer import Answer, aanswer_inquiry, mark_cancelled
