@@ -20,9 +20,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
-from django.conf import settings
 from django.urls import URLPattern, re_path
 
+from staticagents.conf import settings
 from staticagents.core.replies import Reply
 from staticagents.dialects.gemini import wire as gemini
 from staticagents.dialects.llm.routes import AGENT_PREFIX, ModelReplyRoute, retry_headers
