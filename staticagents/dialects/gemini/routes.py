@@ -53,6 +53,7 @@ class GeminiRoute(ModelReplyRoute):
     key_sources = access.GEMINI
 
     def error_body(self, rejection: RequestRejected) -> Any:
+        """Google's error; a ``code`` on the rejection is the reason of an ``ErrorInfo`` detail."""
         status = rejection.kind if rejection.kind in gemini.CANONICAL_CODES else None
         details = gemini.key_error_details(rejection.code) if rejection.code else ()
         return gemini.error_body(rejection.status, rejection.message, status, details)
@@ -75,10 +76,12 @@ class GeminiRoute(ModelReplyRoute):
 
     @property
     def model(self) -> str:
+        """The model the path names (``gemini-2.5-flash`` of ``models/gemini-2.5-flash:…``)."""
         model: str = self.scope["url_route"]["kwargs"]["model"]
         return model
 
     def read(self, body: bytes) -> dict[str, Any]:
+        """The JSON object a method on a model is posted with."""
         self.require_method("POST")
         return parse_json_object(body)
 
