@@ -22,6 +22,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
 from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
+from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
@@ -30,9 +31,13 @@ from staticagents.serving.router import ReplyRouter  # noqa: E402
 
 # The router tries the reply routes in order: the busiest first.
 reply_routes = [
+    # GET /v1/models: OpenAI's and Anthropic's listing, and Gemini's for Google's clients.
+    gemini.shared_models_listing(openai.ModelsRoute),
     *openai.http_routes,
     *responses.http_routes,
     *anthropic.http_routes,
+    *gemini.http_routes,
+    # Other methods on a Gemini model (gemini.model_method("embedContent")) go here.
     *adk.http_routes,
     *galaxy_stream.http_routes,
 ]

@@ -49,6 +49,14 @@ def adk_error(body: Any) -> str:
     return str(detail)
 
 
+def gemini_error(body: Any) -> str:
+    """Google's ``{"error": {"code", "message", "status"}}``."""
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert isinstance(error["code"], int) and error["status"].isupper(), body
+    return str(error["message"])
+
+
 def galaxy_error(body: Any) -> str:
     assert isinstance(body["err_code"], int), body
     return str(body["err_msg"])
@@ -64,10 +72,12 @@ SHAPES: dict[str, Callable[[Any], str]] = {
     "openai": openai_error,
     "anthropic": anthropic_error,
     "adk": adk_error,
+    "gemini": gemini_error,
     "galaxy": galaxy_error,
     "control": control_error,
 }
 
+GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
 ADK_RUN = {
     "appName": "router",
     "userId": "u",
@@ -150,6 +160,34 @@ ROUTES = [
             ),
             ({"model": "m", "max_tokens": 9, "messages": [], "system": 5}, 400, "messages"),
         ],
+    ),
+    Route(
+        "POST",
+        "/v1beta/models/gemini-2.5-flash:generateContent",
+        "gemini",
+        GEMINI,
+        [
+            ({}, 400, "contents: field required"),
+            ({"contents": "hi"}, 400, "contents: must be an array"),
+            ({"contents": [{"role": "boss", "parts": [{"text": "x"}]}]}, 400, "contents[0].role"),
+            ({"contents": [{"parts": [{"text": 5}]}]}, 400, "contents[0].parts[0].text"),
+            ({**GEMINI, "generationConfig": 5}, 400, "generationConfig: must be an object"),
+            ({**GEMINI, "tools": [{"functionDeclarations": [{}]}]}, 400, "tools[0]"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/v1/models/gemini-2.5-flash:streamGenerateContent",
+        "gemini",
+        GEMINI,
+        [({"contents": []}, 400, "contents: must contain at least one content")],
+    ),
+    Route(
+        "POST",
+        "/agents/router/v1beta/models/m:countTokens",
+        "gemini",
+        GEMINI,
+        [({"contents": [{"parts": "x"}]}, 400, "contents[0].parts: must be an array")],
     ),
     Route(
         "POST",
@@ -464,6 +502,7 @@ def test_a_huge_body_at_the_default_limit_is_refused_without_a_500(http: httpx.C
         ("/v1/messages", "anthropic"),
         ("/v1/responses", "openai"),
         ("/api/chat", "galaxy"),
+        ("/v1beta/models/m:generateContent", "gemini"),
     ]:
         response = http.post(path, content=body, headers=JSON)
         assert response.status_code == 413
@@ -524,6 +563,8 @@ BAD_REQUESTS = [
     ("GET", "/v1/responses", "openai", 405),
     ("PUT", "/v1/responses/resp_1", "openai", 405),
     ("GET", "/run", "adk", 405),
+    ("GET", "/v1beta/models/m:generateContent", "gemini", 405),
+    ("POST", "/v1beta/models", "gemini", 405),
     ("PUT", "/list-apps", "adk", 405),
     ("GET", "/api/chat/stream", "galaxy", 405),
     ("GET", "/api/ai/agents/query", "galaxy", 405),
@@ -541,6 +582,10 @@ BAD_REQUESTS = [
     ("GET", "/control/nothing-here", "control", 404),
     ("DELETE", "/control/rules/a/b/c", "control", 404),
     ("GET", "/run/extra", "adk", 404),
+    ("GET", "/v1beta/nothing-here", "gemini", 404),
+    ("POST", "/v1beta/models/m:summonDragons", "gemini", 404),
+    ("POST", "/agents/router/v1/models/m:summonDragons", "gemini", 404),
+    ("GET", "/v1beta/models/m/extra", "gemini", 404),
     ("GET", "/apps/router", "adk", 404),
     ("GET", "/nothing-here", "openai", 404),
     ("POST", "/", "openai", 404),
@@ -550,6 +595,7 @@ BAD_REQUESTS = [
     ("POST", "/api/chat?agent_type=a%00b", "galaxy", 400),
     ("DELETE", "/control/sessions/a%00b", "control", 400),
     ("GET", "/v1/models?anything=%00", "openai", 400),
+    ("GET", "/v1beta/models?key=%00", "gemini", 400),
 ]
 
 

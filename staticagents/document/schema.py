@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
-DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket", "responses")
+DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "responses")
 CONFIDENCES = ("low", "medium", "high")
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 ACTION_PARAMETERS = {
@@ -180,7 +180,9 @@ class MatchSpec(Strict):
     context: dict[str, Regex] | None = None
     model: Regex | None = None
     system: Regex | None = None
-    dialect: Literal["galaxy", "openai", "anthropic", "adk", "websocket", "responses"] | None = None
+    dialect: (
+        Literal["galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "responses"] | None
+    ) = None
     turn: int | None = Field(default=None, ge=1)
     tool_result: Any = None
 
