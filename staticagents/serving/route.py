@@ -26,13 +26,12 @@ from time import perf_counter
 from typing import Any, ClassVar, TypeVar
 
 import orjson
-from channels.db import database_sync_to_async
 from django.conf import settings
 
 from staticagents.conf import hot
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.replying.answer import mark_cancelled
+from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
 from staticagents.serving.turns import turnstile
@@ -221,7 +220,7 @@ class ReplyRoute:
             return  # ``answering`` marks the entry once the work is done
         main.cancel()
         if self.entry_id is not None:
-            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+            await journal.mark(self.entry_id, "cancelled")
 
     async def answering(self, work: Awaitable[T], entry_of: Callable[[T], int | None]) -> T:
         """Await the answer phase and remember its journal entry.
@@ -239,7 +238,7 @@ class ReplyRoute:
             answers.discard(self)
         self.entry_id = entry_of(result)
         if self.client_left:
-            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+            await journal.mark(self.entry_id, "cancelled")
             raise ClientLeft
         self.phase = RESPONDING
         return result
@@ -314,7 +313,7 @@ class ReplyRoute:
                     if due:
                         await self.send_chunk(b"".join(due))
                     await timer.until(start + limit)
-                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                    await journal.mark(self.entry_id, "cut_off")
                     return False
                 if start + offset > loop.time():
                     if due:

@@ -26,7 +26,7 @@ from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.adk.sessions import StoredSession
 from staticagents.replying.answer import Answer, answer_inquiry
-from staticagents.selectors import active_ruleset
+from staticagents.replying.snapshot import active_ruleset
 from staticagents.serving import access
 from staticagents.serving.route import ReplyRoute, RequestRejected, sse
 

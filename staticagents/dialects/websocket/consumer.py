@@ -27,14 +27,14 @@ from time import perf_counter
 from typing import Any
 
 import orjson
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.urls import path, re_path
 
 from staticagents.core.inquiry import session_key
 from staticagents.dialects.websocket import wire as dialect
-from staticagents.replying.answer import Answer, aanswer_inquiry, mark_cancelled
+from staticagents.replying.answer import Answer, aanswer_inquiry
+from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
 
@@ -82,7 +82,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self.worker.cancel()
         streaming, self.entry_id = self.entry_id, None
         if streaming is not None:
-            await database_sync_to_async(mark_cancelled)(streaming, "cancelled")
+            await journal.mark(streaming, "cancelled")
 
     async def send_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=orjson.dumps(event).decode())
@@ -134,7 +134,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             for timed in events:
                 if timed.at > limit:
                     await timer.until(start + limit)
-                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
+                    await journal.mark(self.entry_id, "cut_off")
                     await self.send_event(dialect.cut_off_event(limit, request_id))
                     return
                 if start + timed.at > loop.time():
