@@ -14,7 +14,8 @@ from django.core.management.base import CommandError
 from staticagents.document.files import dump_fixture, load_fixture
 from staticagents.document.schema import DocumentInvalid
 from staticagents.models import Fallback, Rule, RulesetState
-from staticagents.selectors import active_ruleset, export_document
+from staticagents.replying.snapshot import active_ruleset
+from staticagents.selectors import export_document
 from staticagents.services import set_rules_enabled
 from tests.conftest import FIXTURES, GALAXY_FIXTURE
 
