@@ -17,7 +17,6 @@ consumer's ``disconnect``); the entry is then marked ``cancelled`` through
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from time import perf_counter
 from typing import TypeVar
 
 from staticagents.conf import settings
@@ -70,7 +69,7 @@ async def send_paced(
             if start + at > clock():
                 if due:
                     batch = render(due)
-                    sending = perf_counter()
+                    sending = timer.clock()
                     await write(batch)
                     timer.sent(sending)  # a send that waited for its client is not counted
                     due = []

@@ -1,5 +1,8 @@
 """YAML/JSON fixtures: strict validation with paths and lines, all-or-nothing import,
-byte-stable export, and Galaxy's own fixture imported unchanged."""
+byte-stable export, and Galaxy's own fixture imported unchanged.
+
+The import and export tests start from our own Galaxy-style fixture; the two that prove
+compatibility with Galaxy's own file read it from STATIC_AGENTS_GALAXY_FIXTURE."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from staticagents.models import Fallback, Rule, RulesetState
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import export_document
 from staticagents.services import set_rules_enabled
-from tests.conftest import FIXTURES, GALAXY_FIXTURE
+from tests.conftest import FIXTURES, GALAXY_STYLE_FIXTURE
 
 
 def errors_of(text: str | bytes, source: str = "f.yml") -> list[str]:
@@ -124,9 +127,16 @@ def test_regex_with_nested_quantifier_is_rejected() -> None:
 # -- import / export -------------------------------------------------------------
 
 
+def assert_export_is_a_fixpoint(fixture: Path, tmp_path: Path) -> None:
+    call_command("import_fixture", str(fixture))
+    first = write(tmp_path, export_text(), "first.yml")
+    call_command("import_fixture", first)
+    assert export_text() == Path(first).read_text()
+
+
 @pytest.mark.django_db
-def test_galaxy_fixture_imports_unchanged() -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+def test_galaxy_fixture_imports_unchanged(galaxy_fixture: Path) -> None:
+    call_command("import_fixture", str(galaxy_fixture))
     assert Rule.objects.count() == 8
     assert Fallback.objects.get().content == "Static backend: no matching rule."
     assert active_ruleset().agent_types == [
@@ -138,17 +148,35 @@ def test_galaxy_fixture_imports_unchanged() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("fixture", [GALAXY_FIXTURE, FIXTURES / "demo.yml"])
+def test_galaxys_own_fixture_exports_as_a_byte_stable_fixpoint(
+    galaxy_fixture: Path, tmp_path: Path
+) -> None:
+    assert_export_is_a_fixpoint(galaxy_fixture, tmp_path)
+
+
+@pytest.mark.django_db
+def test_a_galaxy_style_fixture_imports_unchanged() -> None:
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
+    assert Rule.objects.count() == 8
+    assert Fallback.objects.get().content == "No rule of this fixture answers that."
+    assert active_ruleset().agent_types == [
+        "custom_tool",
+        "dataset_analyzer",
+        "error_analysis",
+        "gtn_training",
+        "router",
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("fixture", [GALAXY_STYLE_FIXTURE, FIXTURES / "demo.yml"])
 def test_export_of_import_is_a_byte_stable_fixpoint(fixture: Path, tmp_path: Path) -> None:
-    call_command("import_fixture", str(fixture))
-    first = write(tmp_path, export_text(), "first.yml")
-    call_command("import_fixture", first)
-    assert export_text() == Path(first).read_text()
+    assert_export_is_a_fixpoint(fixture, tmp_path)
 
 
 @pytest.mark.django_db
 def test_failed_import_changes_nothing(tmp_path: Path) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     before, version = export_text(), RulesetState.objects.get().version
     bad = "rules:\n  - name: ok\n    response: {}\n  - match: {query: '('}\n    response: {}\n"
     with pytest.raises(CommandError) as caught:
@@ -162,7 +190,7 @@ def test_failed_import_changes_nothing(tmp_path: Path) -> None:
 def test_dry_run_reports_and_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     before = export_text()
     call_command("import_fixture", str(FIXTURES / "demo.yml"), "--dry-run")
     assert "would import: 10 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
@@ -171,7 +199,7 @@ def test_dry_run_reports_and_changes_nothing(
 
 @pytest.mark.django_db
 def test_merge_upserts_by_name_and_appends_new_rules(tmp_path: Path) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     merge = """
 rules:
   - name: router-2
@@ -191,7 +219,7 @@ rules:
 
 @pytest.mark.django_db
 def test_replace_is_the_default(tmp_path: Path) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     call_command("import_fixture", write(tmp_path, "rules:\n  - name: only\n    response: {}\n"))
     assert list(Rule.objects.values_list("name", flat=True)) == ["only"]
     assert not Fallback.objects.exists()
@@ -199,7 +227,7 @@ def test_replace_is_the_default(tmp_path: Path) -> None:
 
 @pytest.mark.django_db
 def test_export_to_a_file_or_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     capsys.readouterr()
     call_command("export_fixture")
     stdout = capsys.readouterr().out
@@ -210,7 +238,7 @@ def test_export_to_a_file_or_stdout(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_check_fixture_validates_without_a_database(capsys: pytest.CaptureFixture[str]) -> None:
-    call_command("check_fixture", str(GALAXY_FIXTURE))
+    call_command("check_fixture", str(GALAXY_STYLE_FIXTURE))
     assert "valid, 8 rule(s)" in capsys.readouterr().out
 
 
@@ -225,7 +253,7 @@ def test_check_fixture_prints_one_error_per_line(tmp_path: Path) -> None:
 
 @pytest.mark.django_db
 def test_any_change_bumps_the_version_and_the_snapshot_follows() -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     snapshot = active_ruleset()
     assert active_ruleset() is snapshot  # no rebuild without a change
     set_rules_enabled(names=["router-1"], enabled=False)

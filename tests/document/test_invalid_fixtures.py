@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from staticagents.document.files import dump_fixture
 from staticagents.selectors import export_document
-from tests.conftest import FIXTURES, GALAXY_FIXTURE
+from tests.conftest import FIXTURES, GALAXY_STYLE_FIXTURE
 
 INVALID = FIXTURES / "invalid"
 
@@ -63,8 +63,8 @@ def test_every_file_of_the_corpus_has_an_expectation() -> None:
 
 @pytest.fixture
 def seeded(db: None) -> str:
-    """A database holding Galaxy's fixture; returns its export to compare with later."""
-    call_command("import_fixture", str(GALAXY_FIXTURE), verbosity=0)
+    """A database holding a Galaxy-style fixture; returns its export to compare with later."""
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE), verbosity=0)
     return dump_fixture(export_document())
 
 
