@@ -21,6 +21,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
+from staticagents.dialects.embeddings import routes as embeddings  # noqa: E402
 from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
@@ -29,6 +30,7 @@ from staticagents.serving.router import ReplyRouter  # noqa: E402
 
 # The router tries the reply routes in order: the busiest first.
 reply_routes = [
+    *embeddings.http_routes,  # before any other Gemini model route
     *openai.http_routes,
     *anthropic.http_routes,
     *adk.http_routes,

@@ -8,7 +8,7 @@ from typing import Any
 
 from staticagents.core.values import value_class
 
-DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket")
+DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket", "embeddings")
 GLOBAL_SESSION = "global"
 
 

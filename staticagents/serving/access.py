@@ -42,6 +42,8 @@ ANTHROPIC = KeySources(headers=("x-api-key",))
 # GET /v1/models serves both SDKs, each with its own header.
 MODELS = KeySources(headers=("x-api-key",))
 ADK = KeySources(headers=("x-goog-api-key",))
+# Gemini: the header google-genai sends, or ?key= as Google's REST examples put it.
+GEMINI = KeySources(headers=("x-goog-api-key",), query=("key",))
 GALAXY = KeySources(headers=("x-api-key",), query=("key",))
 WEBSOCKET = KeySources(query=("api_key",))
 

@@ -1,0 +1,124 @@
+"""The embeddings routes over HTTP: the single Gemini route, keys, scripts, journal, big input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from staticagents.core.embeddings import embed_text
+from staticagents.models import JournalEntry
+
+KEY = "sk-embeddings-right-key"
+RULES: dict[str, Any] = {
+    "rules": [
+        {
+            "name": "script",
+            "match": {"dialect": "embeddings", "contains": "#next"},
+            "responses": [{"embedding": [1, 0]}, {"embedding": [0, 1]}],
+        },
+        {"name": "down", "match": {"contains": "#down"}, "response": {"error": {"status": 529}}},
+    ]
+}
+SINGLE = {"content": {"parts": [{"text": "hello"}]}, "outputDimensionality": 16}
+
+
+@pytest.fixture
+def url(live_url: str, load_rules: Callable[[Any], Any]) -> str:
+    load_rules(RULES)
+    return live_url
+
+
+def test_embed_content_answers_one_embedding(url: str) -> None:
+    response = httpx.post(f"{url}/v1beta/models/text-embedding-004:embedContent", json=SINGLE)
+    assert response.status_code == 200
+    assert response.json() == {
+        "embedding": {"values": embed_text("hello", 16)},
+        "usageMetadata": {"promptTokenCount": 1, "totalTokenCount": 1},
+    }
+
+
+def test_each_text_advances_its_rules_script_within_one_request(url: str) -> None:
+    body = {"model": "m", "input": ["#next", "#next", "#next"], "dimensions": 2}
+    data = httpx.post(f"{url}/v1/embeddings", json=body).json()["data"]
+    assert [item["embedding"] for item in data] == [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
+
+
+def test_a_scripted_error_is_googles_error_on_the_gemini_routes(url: str) -> None:
+    for path in ("/v1/models/m:embedContent", "/agents/coder/v1beta/models/m:embedContent"):
+        response = httpx.post(f"{url}{path}", json={"content": {"parts": [{"text": "#down"}]}})
+        assert response.status_code == 529
+        assert response.json() == {
+            "error": {"code": 529, "message": "Scripted error", "status": "INTERNAL"}
+        }
+
+
+def test_a_request_no_rule_answers_is_journaled_with_why(url: str) -> None:
+    httpx.post(f"{url}/v1/embeddings", json={"model": "m", "input": ["plain", "text"]})
+    entry = JournalEntry.objects.get()
+    assert (entry.rule, entry.outcome, entry.status) == (None, "answered", 200)
+    assert entry.query == "plain\ntext"
+    assert entry.diagnosis is not None
+    assert [verdict["rule"] for verdict in entry.diagnosis] == ["script", "down"]
+
+
+def test_a_large_request_is_answered_with_the_same_vectors(url: str) -> None:
+    """Large enough to have its vectors computed off the event loop."""
+    texts = [f"text number {n}" for n in range(300)]
+    body = {"model": "m", "input": texts, "dimensions": 256}
+    data = httpx.post(f"{url}/v1/embeddings", json=body, timeout=30).json()["data"]
+    assert [item["embedding"] for item in data] == [embed_text(text, 256) for text in texts]
+
+
+# -- keys -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def keyed_url(url: str, settings: Any) -> str:
+    settings.STATIC_AGENTS_API_KEYS = [KEY]
+    return url
+
+
+@pytest.mark.parametrize(
+    ("headers", "params"),
+    [({"x-goog-api-key": KEY}, {}), ({}, {"key": KEY}), ({"Authorization": f"Bearer {KEY}"}, {})],
+    ids=["x-goog-api-key", "?key=", "bearer"],
+)
+def test_gemini_routes_take_googles_key_where_its_clients_send_it(
+    keyed_url: str, headers: dict[str, str], params: dict[str, str]
+) -> None:
+    path = "/v1beta/models/m:embedContent"
+    response = httpx.post(f"{keyed_url}{path}", json=SINGLE, headers=headers, params=params)
+    assert response.status_code == 200
+    assert JournalEntry.objects.get().route == path  # the journal holds no query string
+
+
+def test_gemini_routes_refuse_a_wrong_key_in_googles_shape(keyed_url: str) -> None:
+    for headers in ({"x-goog-api-key": "wrong"}, {}):
+        response = httpx.post(
+            f"{keyed_url}/v1beta/models/m:batchEmbedContents",
+            json={"requests": [SINGLE]},
+            headers=headers,
+        )
+        assert response.status_code == 401
+        error = response.json()["error"]
+        assert (error["code"], error["status"]) == (401, "UNAUTHENTICATED")
+        assert "wrong" not in error["message"]
+
+
+def test_openai_embeddings_refuse_a_wrong_key_in_openais_shape(keyed_url: str) -> None:
+    response = httpx.post(
+        f"{keyed_url}/v1/embeddings",
+        json={"model": "m", "input": "x"},
+        headers={"Authorization": "Bearer wrong"},
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_api_key"
+    answered = httpx.post(
+        f"{keyed_url}/v1/embeddings",
+        json={"model": "m", "input": "x"},
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert answered.status_code == 200
