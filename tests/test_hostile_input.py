@@ -49,6 +49,14 @@ def adk_error(body: Any) -> str:
     return str(detail)
 
 
+def google_error(body: Any) -> str:
+    """Google's ``{"error": {"code", "message", "status"}}`` (the Gemini routes)."""
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert isinstance(error["code"], int) and isinstance(error["status"], str), body
+    return str(error["message"])
+
+
 def galaxy_error(body: Any) -> str:
     assert isinstance(body["err_code"], int), body
     return str(body["err_msg"])
@@ -64,10 +72,12 @@ SHAPES: dict[str, Callable[[Any], str]] = {
     "openai": openai_error,
     "anthropic": anthropic_error,
     "adk": adk_error,
+    "gemini": google_error,
     "galaxy": galaxy_error,
     "control": control_error,
 }
 
+GEMINI_CONTENT = {"parts": [{"text": "hi"}]}
 ADK_RUN = {
     "appName": "router",
     "userId": "u",
@@ -127,6 +137,58 @@ ROUTES = [
             ),
             ({"model": "m", "max_tokens": 9, "messages": [], "system": 5}, 400, "messages"),
         ],
+    ),
+    Route(
+        "POST",
+        "/v1/embeddings",
+        "openai",
+        {"model": "m", "input": "hi"},
+        [
+            ({"input": "hi"}, 400, "model: field required"),
+            ({"model": "m"}, 400, "input: field required"),
+            ({"model": "m", "input": 5}, 400, "input: must be a string"),
+            ({"model": "m", "input": []}, 400, "input: must not be an empty array"),
+            ({"model": "m", "input": ["hi", 5]}, 400, "input[1]: must be a string"),
+            ({"model": "m", "input": "hi", "dimensions": 0}, 400, "dimensions: must be from 1"),
+            ({"model": "m", "input": "hi", "encoding_format": "hex"}, 400, "encoding_format"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/agents/router/v1/embeddings",
+        "openai",
+        {"model": "m", "input": [[1, 2]]},
+        [({"model": "m", "input": [[1, "a"]]}, 400, "input[0][1]: must be a token")],
+    ),
+    Route(
+        "POST",
+        "/v1beta/models/m:embedContent",
+        "gemini",
+        {"content": GEMINI_CONTENT},
+        [
+            ({}, 400, "content: field required"),
+            ({"content": {"parts": "hi"}}, 400, "content.parts: must be an array"),
+            ({"content": {"parts": [{"inlineData": {}}]}}, 400, "content.parts[0]: only text"),
+            ({"content": GEMINI_CONTENT, "outputDimensionality": -1}, 400, "outputDimensionality"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/v1beta/models/m:batchEmbedContents",
+        "gemini",
+        {"requests": [{"content": GEMINI_CONTENT}]},
+        [
+            ({"requests": []}, 400, "requests: must hold at least one request"),
+            ({"requests": [5]}, 400, "requests[0]: must be an object"),
+            ({"requests": [{"content": {"parts": [{"text": ""}]}}]}, 400, "requests[0].content"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/v1/models/m:batchEmbedContents",
+        "gemini",
+        {"requests": [{"content": GEMINI_CONTENT}]},
+        [({"requests": "x"}, 400, "requests: must be an array")],
     ),
     Route(
         "POST",
@@ -494,6 +556,9 @@ BAD_REQUESTS = [
     ("GET", "/v1/chat/completions", "openai", 405),
     ("DELETE", "/v1/messages", "anthropic", 405),
     ("POST", "/v1/models", "openai", 405),
+    ("GET", "/v1/embeddings", "openai", 405),
+    ("GET", "/v1beta/models/m:embedContent", "gemini", 405),
+    ("DELETE", "/v1/models/m:batchEmbedContents", "gemini", 405),
     ("GET", "/run", "adk", 405),
     ("PUT", "/list-apps", "adk", 405),
     ("GET", "/api/chat/stream", "galaxy", 405),

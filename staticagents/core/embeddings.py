@@ -29,6 +29,7 @@ text (``embedding_like``); see ``reply_vector``.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import math
 import re
@@ -63,25 +64,56 @@ def text_features(text: str) -> Counter[str]:
 
 def embed_text(text: str, dimensions: int) -> list[float]:
     """The unit vector of ``text`` with ``dimensions`` components (float32 values)."""
-    projected = [0.0] * dimensions
-    for feature, count in text_features(text).items():
-        digest = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
-        projected[digest % dimensions] += count if digest >> 63 else -count
+    projected = _projection(text, dimensions)
     fingerprint = _fingerprint(text, dimensions)
-    length = math.hypot(*projected)
-    if length == 0.0:
-        return as_float32(unit(fingerprint))
-    weight = FINGERPRINT_WEIGHT / math.hypot(*fingerprint)
-    return as_float32(
-        unit([p / length + weight * f for p, f in zip(projected, fingerprint, strict=True)])
+    p_length, f_length = math.hypot(*projected.values()), math.hypot(*fingerprint)
+    if p_length:
+        p_scale, f_scale = 1.0 / p_length, FINGERPRINT_WEIGHT / f_length
+    else:  # no features (an empty or blank text): the fingerprint alone
+        p_scale, f_scale = 0.0, 1.0 / f_length
+    # The length of the sum, from the few components where both are non-zero:
+    # |a*f + b*p|^2 = (a|f|)^2 + (b|p|)^2 + 2ab(f.p). Then one pass builds the unit vector.
+    dot = math.fsum(value * fingerprint[index] for index, value in projected.items())
+    length = math.sqrt(
+        (f_scale * f_length) ** 2 + (p_scale * p_length) ** 2 + 2 * f_scale * p_scale * dot
     )
+    f_scale, p_scale = f_scale / length, p_scale / length
+    vector = list(map(f_scale.__mul__, fingerprint))
+    for index, value in projected.items():
+        vector[index] += p_scale * value
+    return as_float32(vector)
 
 
-def _fingerprint(text: str, dimensions: int) -> list[float]:
-    """Pseudo-random components in [-1, 1), seeded by the exact text."""
+def _projection(text: str, dimensions: int) -> dict[int, float]:
+    """The features hashed onto the components, signed (sparse: the non-zero ones)."""
+    projected: dict[int, float] = {}
+    for feature, count in text_features(text).items():
+        digest = _feature_hash(feature)
+        index = digest % dimensions
+        projected[index] = projected.get(index, 0.0) + (count if digest >> 63 else -count)
+    return projected
+
+
+@functools.lru_cache(maxsize=1 << 16)  # common words and trigrams recur in every text
+def _feature_hash(feature: str) -> int:
+    return int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+
+
+# A little-endian double's top byte holds its sign and the high bits of its exponent; the next
+# one the low bits of the exponent and the top of the mantissa. These tables set the exponent
+# to 1023 (so the value lies in [1, 2)) and keep a random sign and mantissa.
+_SIGN_AND_EXPONENT = bytes(0x3F if byte < 0x80 else 0xBF for byte in range(256))
+_EXPONENT_AND_MANTISSA = bytes(0xF0 | (byte & 0x0F) for byte in range(256))
+
+
+def _fingerprint(text: str, dimensions: int) -> tuple[float, ...]:
+    """Pseudo-random components in (-2, -1] and [1, 2), seeded by the exact text."""
     seed = _FINGERPRINT_SEED + text.encode("utf-8", "surrogatepass")
-    words = struct.unpack(f"<{dimensions}I", hashlib.shake_256(seed).digest(4 * dimensions))
-    return [word / 2147483648.0 - 1.0 for word in words]
+    raw = bytearray(hashlib.shake_256(seed).digest(8 * dimensions))
+    raw[7::8] = raw[7::8].translate(_SIGN_AND_EXPONENT)
+    raw[6::8] = raw[6::8].translate(_EXPONENT_AND_MANTISSA)
+    components: tuple[float, ...] = struct.unpack(f"<{dimensions}d", raw)
+    return components
 
 
 def pinned_vector(values: Sequence[float], dimensions: int) -> list[float]:

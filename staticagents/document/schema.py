@@ -88,8 +88,16 @@ def check_slug(name: str) -> str:
 
 
 Regex = Annotated[str, AfterValidator(check_regex)]
-# One component of a pinned embedding: a number a float32 can hold.
-EmbeddingValue = Annotated[float, Field(allow_inf_nan=False, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
+
+
+def check_float32(value: float) -> float:
+    if abs(value) > FLOAT32_MAX:
+        raise ValueError("must fit a 32-bit float (at most 3.4e38 either way)")
+    return value
+
+
+# One component of a pinned embedding: a finite number a float32 can hold.
+EmbeddingValue = Annotated[float, Field(allow_inf_nan=False), AfterValidator(check_float32)]
 Slug = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_slug)]
 
 

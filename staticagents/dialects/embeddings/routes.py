@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
+import orjson
 from django.urls import re_path
 
 from staticagents.core.embeddings import TEXT_WINDOW
@@ -30,8 +31,9 @@ from staticagents.serving import access
 from staticagents.serving.route import RequestRejected, parse_json_object
 
 # Work (characters read plus components written) above which the vectors are
-# computed in a thread, so that a large request does not hold the event loop.
+# computed and rendered in a thread, so that a large request does not hold the event loop.
 THREAD_WORK = 50_000
+T = TypeVar("T")
 
 
 class EmbeddingsRoute(ModelReplyRoute):
@@ -48,9 +50,16 @@ class EmbeddingsRoute(ModelReplyRoute):
             headers = retry_headers(failure.retry_after)
             await self.send_json(failure.error.status, self.failure_body(failure), headers)
             return
-        vectors = await computed_vectors(request, answer.replies)
-        tokens = wire.prompt_tokens(answer.replies)
-        await self.send_json(200, self.body(request, vectors, tokens), self.id_headers(answer))
+        vectors = await off_the_loop_if_large(request, lambda: self.rendered(request, answer))
+        await self.send_json(200, vectors, self.id_headers(answer))
+
+    def rendered(self, request: wire.EmbeddingRequest, answer: BatchAnswer) -> orjson.Fragment:
+        """The answer's body, rendered: each text's vector, and the usage."""
+        replies = answer.replies
+        vectors = [wire.item_vector(i, r) for i, r in zip(request.items, replies, strict=True)]
+        return orjson.Fragment(
+            orjson.dumps(self.body(request, vectors, wire.prompt_tokens(replies)))
+        )
 
     def read(self, payload: Mapping[str, Any]) -> wire.EmbeddingRequest:
         try:
@@ -162,18 +171,12 @@ class GeminiBatchEmbedRoute(GeminiEmbedRoute):
         return wire.gemini_body(vectors, tokens)
 
 
-async def computed_vectors(
-    request: wire.EmbeddingRequest, replies: Sequence[Reply]
-) -> list[list[float]]:
-    """Each text's vector; in a thread when the request is large (``THREAD_WORK``)."""
-
-    def compute() -> list[list[float]]:
-        return [wire.item_vector(i, r) for i, r in zip(request.items, replies, strict=True)]
-
-    work = sum(min(len(item.text), TEXT_WINDOW) + item.dimensions for item in request.items)
-    if work <= THREAD_WORK:
-        return compute()
-    return await asyncio.to_thread(compute)
+async def off_the_loop_if_large(request: wire.EmbeddingRequest, work: Callable[[], T]) -> T:
+    """``work()``, in a thread when the request is large (``THREAD_WORK``)."""
+    size = sum(min(len(item.text), TEXT_WINDOW) + item.dimensions for item in request.items)
+    if size <= THREAD_WORK:
+        return work()
+    return await asyncio.to_thread(work)
 
 
 GEMINI_MODEL = r"(?:v1beta|v1)/models/(?P<model>[^/:]+)"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +72,38 @@ def test_a_large_request_is_answered_with_the_same_vectors(url: str) -> None:
     body = {"model": "m", "input": texts, "dimensions": 256}
     data = httpx.post(f"{url}/v1/embeddings", json=body, timeout=30).json()["data"]
     assert [item["embedding"] for item in data] == [embed_text(text, 256) for text in texts]
+
+
+def test_a_large_request_leaves_the_event_loop_free_for_others(url: str) -> None:
+    """Its vectors are computed in a thread: a small request is answered meanwhile.
+
+    Long texts and short vectors: much to compute, little to send back.
+    """
+    texts = [f"document {n}: " + "lorem ipsum dolor sit amet " * 1200 for n in range(100)]
+    body = {"model": "m", "input": texts, "dimensions": 8}
+    finished = threading.Event()
+
+    def large() -> None:
+        assert httpx.post(f"{url}/v1/embeddings", json=body, timeout=120).status_code == 200
+        finished.set()
+
+    thread = threading.Thread(target=large)
+    thread.start()
+    try:
+        wait_for(lambda: JournalEntry.objects.exists())  # journaled before its vectors are made
+        small = httpx.post(f"{url}/v1/embeddings", json={"model": "m", "input": "small"})
+        assert small.status_code == 200
+        assert not finished.is_set()
+    finally:
+        thread.join()
+    assert finished.is_set()
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.005)
 
 
 # -- keys -----------------------------------------------------------------------------------
