@@ -41,7 +41,7 @@ def run(rules: int) -> list[dict[str, Any]]:
 
     text = yaml.safe_dump({"rules": rule_documents(rules)}, sort_keys=False)
     document, parse_s = timed(lambda: load_fixture(text, "bench.yml"))
-    _, import_s = timed(lambda: import_fixture(document))
+    _, import_s = timed(lambda: import_fixture(document=document))
     exported, export_s = timed(lambda: dump_fixture(export_document()))
     admin = User.objects.create_superuser("bench", "bench@example.org", "bench")
     client = Client()

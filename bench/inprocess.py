@@ -131,7 +131,7 @@ def run(
     scratch = Path(os.environ["DATABASE_URL"].removeprefix("sqlite:///")).parent
     ours, _ = fixtures(scratch)
     openai_body, _ = request_bodies(scratch)
-    import_fixture(read_fixture(str(ours)))
+    import_fixture(document=read_fixture(str(ours)))
     body = openai_body.read_bytes()
 
     from staticagents.asgi import application

@@ -1,6 +1,7 @@
 """Run every benchmark and print one table per area, as ratios measured side by side.
 
-    python -m bench.run [--seconds 10] [--rounds 2] [--only replies,streams,matching,fixtures]
+    python -m bench.run [--seconds 10] [--rounds 2]
+                        [--only replies,streams,matching,fixtures,replace]
                         [--baseline ../earlier-checkout]
 
 Nothing here asserts a time: the figures are for reading, and the ratios (ours
@@ -22,10 +23,10 @@ from bench import matching, replies, stream_drift
 from bench.servers import ROOT
 
 
-def fixtures() -> list[dict[str, Any]]:
-    # Its own process: it sets up Django on a scratch database.
+def own_process(module: str) -> list[dict[str, Any]]:
+    """The rows of a bench that sets up Django on a scratch database, run in its own process."""
     output = subprocess.run(
-        [sys.executable, "-m", "bench.fixtures", "--json"],
+        [sys.executable, "-m", module, "--json"],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -49,7 +50,7 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=2, help="turns of the head-to-head reply servers"
     )
-    parser.add_argument("--only", default="replies,streams,matching,fixtures")
+    parser.add_argument("--only", default="replies,streams,matching,fixtures,replace")
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -73,7 +74,12 @@ def main() -> None:
             ],
         ),
         "matching": ("Matching: the pure matcher, the answering rule last", matching.run),
-        "fixtures": ("Fixtures: 10,000 rules", fixtures),
+        "fixtures": ("Fixtures: 10,000 rules", lambda: own_process("bench.fixtures")),
+        "replace": (
+            "Replacing rules: 5,000 rules of two responses, into an empty database "
+            "and over 5,000 others (best of 5 rounds)",
+            lambda: own_process("bench.replace_rules"),
+        ),
     }
     for name in args.only.split(","):
         title, work = sections[name.strip()]

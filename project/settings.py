@@ -10,10 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from staticagents.settings import *  # noqa: F403
-from staticagents.settings import database_config, env_str
+from staticagents.settings import database_config, database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-DATABASES = {
-    "default": database_config(env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"))
-}
+DATABASES = {"default": database_config(database_url(f"sqlite:///{BASE_DIR / 'db.sqlite3'}"))}

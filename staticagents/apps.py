@@ -1,4 +1,7 @@
 from django.apps import AppConfig
+from django.core import checks
+
+from staticagents.checks import check_fixtures, check_limits
 
 
 class StaticAgentsConfig(AppConfig):
@@ -7,4 +10,5 @@ class StaticAgentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from staticagents import signals  # noqa: F401  (connects the version bump)
+        checks.register(check_limits, "staticagents")
+        checks.register(check_fixtures, "staticagents")

@@ -8,11 +8,11 @@ from collections import Counter
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, QuerySet, Value
 from django.db.models.functions import StrIndex
 
+from staticagents.conf import settings
 from staticagents.core.matching import Ruleset, compile_ruleset
 from staticagents.models import (
     ControlToken,

@@ -1,13 +1,20 @@
-"""Writes: fixtures, single rules, the ruleset version, the journal and sessions."""
+"""Writes: the rules, defaults and fallback; the journal and sessions; the control token.
+
+Every write to the ruleset goes through a service here: one transaction that
+bumps the ruleset version once, last, so every worker rebuilds its snapshot
+once per change. No signal receivers: a model saved or deleted elsewhere does
+not reach the workers.
+"""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, QuerySet
 
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
 from staticagents.models import (
@@ -41,8 +48,19 @@ class DryRunRollback(Exception):
     """Raised inside the import transaction to undo a dry run."""
 
 
-def bump_version() -> None:
-    """Record that the rules changed; every worker rebuilds its snapshot on its next request."""
+MOVES = ("top", "up", "down", "bottom")
+Ordered = TypeVar("Ordered", Rule, RuleResponse)
+
+
+# -- the ruleset version --------------------------------------------------------
+
+
+def _bump_version() -> None:
+    """Record that the rules changed; every worker rebuilds its snapshot on its next request.
+
+    Each service below calls it once, last in its transaction: workers see the
+    new version and the new rules together, when the transaction commits.
+    """
     updated = RulesetState.objects.filter(pk=1).update(
         version=F("version") + 1, stamp=RulesetState.new_stamp()
     )
@@ -52,10 +70,13 @@ def bump_version() -> None:
         )
 
 
+# -- fixtures -------------------------------------------------------------------
+
+
 def import_fixture(
-    document: dict[str, Any], *, merge: bool = False, dry_run: bool = False
+    *, document: dict[str, Any], merge: bool = False, dry_run: bool = False
 ) -> ImportResult:
-    """Apply a validated document (``fixtures.load_fixture``): all of it, or nothing.
+    """Apply a validated document (``files.load_fixture``): all of it, or nothing.
 
     Replace (the default) makes the database hold exactly the document; merge
     upserts rules by name, appending new ones, and replaces the defaults and
@@ -65,7 +86,7 @@ def import_fixture(
     try:
         with transaction.atomic():
             result = (_merge if merge else _replace)(document)
-            bump_version()
+            _bump_version()
             if dry_run:
                 raise DryRunRollback
     except DryRunRollback:
@@ -74,13 +95,10 @@ def import_fixture(
 
 
 def _replace(document: dict[str, Any]) -> ImportResult:
-    deleted = Rule.objects.count()
-    # Delete responses first: a cascade from Rule would fetch them all into memory.
-    RuleResponse.objects.all().delete()
-    Rule.objects.all().delete()
+    deleted = _delete_rules(Rule.objects.all())
     _create_rules(document["rules"], start=0)
     _set_defaults(document["defaults"])
-    _set_fallback(document["fallback"], clear=True)
+    _set_fallback(document["fallback"])
     return ImportResult(created=len(document["rules"]), updated=0, deleted=deleted)
 
 
@@ -93,11 +111,11 @@ def _merge(document: dict[str, Any]) -> ImportResult:
     for doc in rules:
         if doc["name"] in existing:
             _update_rule(existing[doc["name"]], doc)
-    start = (Rule.objects.aggregate(top=Max("position"))["top"] or 0) + 1
-    _create_rules(fresh, start=start)
+    _create_rules(fresh, start=_next_position())
     if document["defaults"]:
         _set_defaults(document["defaults"])
-    _set_fallback(document["fallback"], clear=False)
+    if document["fallback"] is not None:
+        _set_fallback(document["fallback"])
     return ImportResult(created=len(fresh), updated=len(existing), deleted=0)
 
 
@@ -136,22 +154,52 @@ def _responses(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return list(doc["responses"]) if "responses" in doc else [doc.get("response") or {}]
 
 
-def _set_defaults(doc: dict[str, Any]) -> None:
+def _delete_rules(rules: QuerySet[Rule]) -> int:
+    """Delete rules and their responses in two statements; return how many rules went."""
+    RuleResponse.objects.filter(rule__in=rules).delete()
+    # Not rules.delete(): its cascade to the (now absent) responses would first read every rule.
+    return rules._raw_delete(rules.db) or 0  # None when the query can match nothing
+
+
+def _next_position() -> int:
+    """The place after the last rule: where a new rule cannot shadow an existing one."""
+    top = Rule.objects.aggregate(top=Max("position"))["top"]
+    return 0 if top is None else top + 1
+
+
+# -- defaults and fallback --------------------------------------------------------
+
+
+def set_defaults(*, document: dict[str, Any] | None) -> None:
+    """Replace the defaults with a validated ``defaults`` document; ``None`` removes them."""
+    with transaction.atomic():
+        _set_defaults(document)
+        _bump_version()
+
+
+def set_fallback(*, document: dict[str, Any] | None) -> None:
+    """Replace the fallback with a validated response document; ``None`` removes it."""
+    with transaction.atomic():
+        _set_fallback(document)
+        _bump_version()
+
+
+def _set_defaults(doc: dict[str, Any] | None) -> None:
+    if doc is None:
+        Defaults.objects.all().delete()
+        return
     Defaults.objects.update_or_create(
         pk=1, defaults={"confidence": doc.get("confidence"), "stream": doc.get("stream")}
     )
 
 
-def _set_fallback(doc: dict[str, Any] | None, *, clear: bool) -> None:
-    if doc is None:
-        if clear:
-            Fallback.objects.all().delete()
-        return
+def _set_fallback(doc: dict[str, Any] | None) -> None:
     Fallback.objects.all().delete()
-    Fallback.objects.create(pk=1, **Fallback.fields_from(doc))
+    if doc is not None:
+        Fallback.objects.create(pk=1, **Fallback.fields_from(doc))
 
 
-# -- single rules (the control API) -------------------------------------------
+# -- single rules (the control API and the admin) -------------------------------------
 
 
 def create_rule(*, document: dict[str, Any]) -> Rule:
@@ -162,9 +210,8 @@ def create_rule(*, document: dict[str, Any]) -> Rule:
             raise _duplicate_name(document["name"])
         if "name" not in document:
             name_rules([*({"name": n} for n in names), document])
-        top = Rule.objects.aggregate(top=Max("position"))["top"]
-        _create_rules([document], start=0 if top is None else top + 1)
-        bump_version()
+        _create_rules([document], start=_next_position())
+        _bump_version()
         return Rule.objects.get(name=document["name"])
 
 
@@ -176,24 +223,79 @@ def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
         if document["name"] != name and Rule.objects.filter(name=document["name"]).exists():
             raise _duplicate_name(document["name"])
         _update_rule(rule, document)
-        bump_version()
+        _bump_version()
         return rule
 
 
-def delete_rule(*, name: str) -> None:
-    """Delete a rule and its sessions' positions in it."""
+def save_rule(
+    *,
+    rule: Rule,
+    responses: Iterable[RuleResponse] = (),
+    removed_responses: Iterable[RuleResponse] = (),
+) -> Rule:
+    """Save a rule edited field by field (the admin's change form) with its responses.
+
+    The rule and its responses are validated already (the models' ``clean()``).
+    ``responses`` are the new and changed ones, ``removed_responses`` the ones to
+    delete. A new rule goes last; the rule's responses are numbered 0..n-1 in
+    their order (ties: the older one first).
+    """
     with transaction.atomic():
-        rule = _rule_named(name)
-        rule.responses.all().delete()
-        rule.delete()
-        SessionCounter.objects.filter(rule=name).delete()
-        bump_version()
+        if rule.pk is None:
+            rule.position = _next_position()
+        rule.save()
+        RuleResponse.objects.filter(pk__in=[r.pk for r in removed_responses]).delete()
+        for response in responses:
+            response.rule = rule
+            response.save()
+        _renumber_responses(rule)
+        _bump_version()
+    return rule
+
+
+def _renumber_responses(rule: Rule) -> None:
+    responses = list(rule.responses.order_by("position", "id"))
+    RuleResponse.objects.bulk_update(_renumbered(responses), ["position"])
+
+
+def delete_rule(*, name: str) -> None:
+    """Delete a rule, its responses and its sessions' positions in it; close the gap it leaves."""
+    with transaction.atomic():
+        _rule_named(name)
+        _delete_named_rules([name])
+        _bump_version()
+
+
+def delete_rules(*, names: Collection[str]) -> int:
+    """Delete the named rules as ``delete_rule`` does, all at once; return how many went."""
+    with transaction.atomic():
+        deleted = _delete_named_rules(names)
+        _bump_version()
+    return deleted
+
+
+def _delete_named_rules(names: Collection[str]) -> int:
+    deleted = _delete_rules(Rule.objects.filter(name__in=names))
+    SessionCounter.objects.filter(rule__in=names).delete()
+    _put_in_order(list(_rules_in_order()))  # no gap: the admin's "#" stays the rule's place
+    return deleted
+
+
+def set_rules_enabled(*, names: Collection[str], enabled: bool) -> int:
+    """Enable or disable the named rules; return how many there are."""
+    with transaction.atomic():
+        count = Rule.objects.filter(name__in=names).update(enabled=enabled)
+        _bump_version()
+    return count
+
+
+# -- order ------------------------------------------------------------------------
 
 
 def reorder_rules(*, names: list[str]) -> list[str]:
     """Put the named rules first, in the given order; the others follow in their order."""
     with transaction.atomic():
-        rules = {rule.name: rule for rule in Rule.objects.order_by("position", "id")}
+        rules = {rule.name: rule for rule in _rules_in_order()}
         errors, listed = [], set()
         for i, name in enumerate(names):
             if name not in rules:
@@ -204,11 +306,51 @@ def reorder_rules(*, names: list[str]) -> list[str]:
         if errors:
             raise DocumentInvalid(errors)
         order = [*names, *(name for name in rules if name not in listed)]
-        for position, name in enumerate(order):
-            rules[name].position = position
-        Rule.objects.bulk_update(rules.values(), ["position"], batch_size=500)
-        bump_version()
+        _put_in_order([rules[name] for name in order])
+        _bump_version()
         return order
+
+
+def move_rule(*, name: str, direction: str) -> int:
+    """Move a rule one place ``up`` or ``down``, or to the ``top`` or ``bottom``.
+
+    Returns the rule's new index (0 is first). A move that changes nothing (the
+    first rule up) writes nothing and keeps the version.
+    """
+    if direction not in MOVES:
+        raise ValueError(f"unknown move {direction!r}: one of {', '.join(MOVES)}")
+    with transaction.atomic():
+        _rule_named(name)  # a missing rule is an error, not a move to nowhere
+        rules = list(_rules_in_order())
+        index = [rule.name for rule in rules].index(name)
+        target = {"top": 0, "up": index - 1, "down": index + 1, "bottom": len(rules) - 1}
+        place = max(0, min(target[direction], len(rules) - 1))
+        if place != index:
+            rules.insert(place, rules.pop(index))
+            _put_in_order(rules)
+            _bump_version()
+    return place
+
+
+def _rules_in_order() -> QuerySet[Rule]:
+    return (
+        Rule.objects.select_for_update().only("id", "name", "position").order_by("position", "id")
+    )
+
+
+def _put_in_order(rules: list[Rule]) -> None:
+    """Number the rules 0..n-1 in the given order, writing only those whose place changed."""
+    Rule.objects.bulk_update(_renumbered(rules), ["position"], batch_size=500)
+
+
+def _renumbered(rows: list[Ordered]) -> list[Ordered]:
+    """Number ``rows`` 0..n-1 in their order; return those whose number changed."""
+    changed = []
+    for position, row in enumerate(rows):
+        if row.position != position:
+            row.position = position
+            changed.append(row)
+    return changed
 
 
 def _rule_named(name: str) -> Rule:

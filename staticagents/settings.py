@@ -1,39 +1,107 @@
 """Django settings of the service as installed (``static-agents``), read from the environment.
 
 Every knob a deployment needs is an environment variable; the defaults give the
-embedded setup (a SQLite file and the in-memory channel layer).
+embedded setup (a SQLite file and the in-memory channel layer). Values are parsed
+strictly: a malformed one raises ``ImproperlyConfigured`` naming the variable, the
+value and what it accepts, and the command line prints that one line and stops.
+The same limits hold for values set in Python: ``staticagents.checks``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+BOOLEANS = {"true": True, "yes": True, "on": True, "1": True}
+BOOLEANS |= {"false": False, "no": False, "off": False, "0": False}
+DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def env_str(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+def invalid(name: str, value: str, expected: str, default: object) -> ImproperlyConfigured:
+    """The error for a variable whose value is not what it accepts."""
+    return ImproperlyConfigured(f"{name}={value!r} is not {expected} (default: {default})")
+
+
+def env_typed(name: str) -> str | None:
+    """A typed variable's text; unset and empty both mean its default (None)."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def env_str(name: str, default: str, *, choices: Collection[str] = ()) -> str:
+    """A text variable as given (empty stays empty); with ``choices``, one of them (any case)."""
+    value = os.environ.get(name, default)
+    if not choices:
+        return value
+    for choice in choices:
+        if value.strip().lower() == choice.lower():
+            return choice
+    raise invalid(name, value, f"one of {', '.join(choices)}", default)
 
 
 def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
+    value = env_typed(name)
     if value is None:
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    if value.lower() not in BOOLEANS:
+        words = "true or false, yes or no, on or off, 1 or 0"
+        raise invalid(name, value, f"a boolean: {words}", str(default).lower())
+    return BOOLEANS[value.lower()]
 
 
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value is None or not value.strip() else int(value)
+def env_int(name: str, default: int, *, unit: str, minimum: int, maximum: int | None = None) -> int:
+    """A whole number of ``unit`` from ``minimum`` (to ``maximum``, when given)."""
+    value = env_typed(name)
+    if value is None:
+        return default
+    bounds = f"at least {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or number < minimum or (maximum is not None and number > maximum):
+        raise invalid(name, value, f"a whole number of {unit}, {bounds}", default)
+    return number
+
+
+def env_float(name: str, default: float, *, unit: str, above: float) -> float:
+    """A finite number of ``unit`` greater than ``above`` (``0.5`` and ``120`` alike)."""
+    value = env_typed(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number <= above:
+        raise invalid(name, value, f"a number of {unit} greater than {above:g}", f"{default:g}")
+    return number
 
 
 def env_list(name: str, default: str) -> list[str]:
+    """A comma-separated variable's items, blanks dropped."""
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_url(name: str, default: str, *, schemes: Collection[str]) -> str:
+    """A URL variable whose scheme is one of ``schemes``; the error never shows the URL."""
+    value = env_str(name, default).strip()
+    scheme, separator, _ = value.partition("://")
+    if value and not (separator and scheme in schemes):
+        accepted = ", ".join(f"{accepted}://" for accepted in schemes)
+        found = f"its scheme is {scheme!r}" if separator else "it has no scheme"
+        raise ImproperlyConfigured(f"{name} must start with one of {accepted} ({found})")
+    return value
 
 
 def database_config(url: str) -> dict[str, Any]:
@@ -48,8 +116,9 @@ def database_config(url: str) -> dict[str, Any]:
         dj_database_url.parse(url, conn_max_age=0, conn_health_checks=True)
     )
     if config["ENGINE"] == "django.db.backends.postgresql":
-        pool_size = env_int("STATIC_AGENTS_DB_POOL_SIZE", 10)
-        config["OPTIONS"] = {"pool": {"min_size": 2, "max_size": pool_size, "timeout": 10}}
+        pool_size = env_int("STATIC_AGENTS_DB_POOL_SIZE", 10, unit="connections", minimum=1)
+        pool = {"min_size": min(2, pool_size), "max_size": pool_size, "timeout": 10}
+        config["OPTIONS"] = {"pool": pool}
     if config["ENGINE"] == "django.db.backends.sqlite3":
         # WAL lets readers run beside the one writer; IMMEDIATE transactions take
         # the write lock up front, so concurrent counter updates queue instead of
@@ -112,6 +181,11 @@ TEMPLATES = [
 ]
 
 
+def database_url(default: str) -> str:
+    """``DATABASE_URL``: SQLite or PostgreSQL, the two databases the service runs on."""
+    return env_url("DATABASE_URL", default, schemes=DATABASE_SCHEMES) or default
+
+
 def default_database_url() -> str:
     """SQLite in the working directory: an installed package never writes into site-packages.
 
@@ -121,10 +195,10 @@ def default_database_url() -> str:
     return f"sqlite:///{Path.cwd() / 'static-agents.sqlite3'}"
 
 
-DATABASES = {"default": database_config(env_str("DATABASE_URL", default_database_url()))}
+DATABASES = {"default": database_config(database_url(default_database_url()))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = env_str("REDIS_URL", "")
+REDIS_URL = env_url("REDIS_URL", "", schemes=REDIS_SCHEMES)
 CHANNEL_LAYERS = {
     "default": (
         {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
@@ -167,10 +241,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING", choices=LOG_LEVELS)},
 }
 
-# Static Agents' own settings.
+# Static Agents' own settings (their limits: staticagents.checks; read them through
+# staticagents.conf.settings).
 STATIC_AGENTS_FIXTURE = env_str("STATIC_AGENTS_FIXTURE", "")
 # Inside the package, so an installed wheel has it too (fixtures/demo.yml links to it).
 STATIC_AGENTS_DEFAULT_FIXTURE = PACKAGE_DIR / "data" / "demo.yml"
@@ -179,16 +254,27 @@ STATIC_AGENTS_CONTROL_TOKEN = env_str("STATIC_AGENTS_CONTROL_TOKEN", "")
 # Record every inquiry (on by default; off only to measure what the journal costs).
 STATIC_AGENTS_JOURNAL = env_bool("STATIC_AGENTS_JOURNAL", True)
 # The journal keeps about this many newest entries; older ones are pruned.
-STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000)
+STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000, unit="entries", minimum=1)
 # Rule regexes run on at most this many characters of a query, system prompt,
 # context value or tool result, so no inquiry can make matching take long.
-STATIC_AGENTS_MATCH_WINDOW = env_int("STATIC_AGENTS_MATCH_WINDOW", 100_000)
-STATIC_AGENTS_MAX_BODY_BYTES = env_int("STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024)
+STATIC_AGENTS_MATCH_WINDOW = env_int(
+    "STATIC_AGENTS_MATCH_WINDOW", 100_000, unit="characters", minimum=1
+)
+STATIC_AGENTS_MAX_BODY_BYTES = env_int(
+    "STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024, unit="bytes", minimum=1
+)
 # Django-served routes read bodies through DRF/Django: the same limit there.
 DATA_UPLOAD_MAX_MEMORY_SIZE = STATIC_AGENTS_MAX_BODY_BYTES
 # Keys the reply routes require (comma-separated); empty: open, any key accepted.
 STATIC_AGENTS_API_KEYS = env_list("STATIC_AGENTS_API_KEYS", "")
-STATIC_AGENTS_MAX_STREAM_SECONDS = float(env_str("STATIC_AGENTS_MAX_STREAM_SECONDS", "120"))
-# Server-wide stream timing, used where neither the rule nor the defaults set one.
-STATIC_AGENTS_WORD_DELAY_MS = env_int("STATIC_AGENTS_WORD_DELAY_MS", 0)
-STATIC_AGENTS_FIRST_DELAY_MS = env_int("STATIC_AGENTS_FIRST_DELAY_MS", 0)
+STATIC_AGENTS_MAX_STREAM_SECONDS = env_float(
+    "STATIC_AGENTS_MAX_STREAM_SECONDS", 120.0, unit="seconds", above=0
+)
+# Server-wide stream timing, used where neither the rule nor the defaults set one
+# (the fixture format's own range).
+STATIC_AGENTS_WORD_DELAY_MS = env_int(
+    "STATIC_AGENTS_WORD_DELAY_MS", 0, unit="milliseconds", minimum=0, maximum=600_000
+)
+STATIC_AGENTS_FIRST_DELAY_MS = env_int(
+    "STATIC_AGENTS_FIRST_DELAY_MS", 0, unit="milliseconds", minimum=0, maximum=600_000
+)

@@ -82,7 +82,7 @@ def load_rules(db: None) -> Callable[[Any], dict[str, Any]]:
             document = load_fixture(source)
         else:
             document = load_fixture(yaml.safe_dump(source))
-        import_fixture(document)
+        import_fixture(document=document)
         return document
 
     return load

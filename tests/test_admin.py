@@ -338,7 +338,20 @@ def test_a_new_rule_goes_last_with_its_responses_in_order_and_blank_fields_absen
         ],
         "on_exhausted": "error",
     }
-    assert version() > before
+    assert version() == before + 1
+
+
+def test_removing_a_response_renumbers_the_rest_and_bumps_the_version_once(
+    admin_client: Client, rules: None
+) -> None:
+    before = version()
+    url = change_url("page-help")
+    data = change_form_data(admin_client, url)
+    data["responses-0-DELETE"] = "on"
+    assert admin_client.post(url, data).status_code == 302
+    rule = Rule.objects.get(name="page-help")
+    assert [(r.position, r.content) for r in rule.responses.all()] == [(0, "second step")]
+    assert version() == before + 1
 
 
 def test_response_order_follows_the_order_fields(admin_client: Client, rules: None) -> None:
@@ -388,7 +401,7 @@ def test_editing_a_rule_bumps_the_version_and_changes_the_export(
     greet = export_document()["rules"][0]
     assert greet["match"]["query"] == "(?i)good morning"
     assert greet["response"] == {"content": "Morning!"}
-    assert version() > before
+    assert version() == before + 1
 
 
 # -- deleting and bulk actions ------------------------------------------------
@@ -403,7 +416,7 @@ def test_deleting_a_rule_bumps_the_version_and_forgets_its_counters(
     url = change_url("greet").replace("/change/", "/delete/")
     assert admin_client.post(url, {"post": "yes"}).status_code == 302
     assert "greet" not in names_in_order()
-    assert version() > before
+    assert version() == before + 1
     assert [rule.position for rule in Rule.objects.all()] == [0, 1, 2]  # no gap left
     assert list(SessionCounter.objects.values_list("rule", flat=True)) == ["rnaseq"]
 
@@ -427,7 +440,7 @@ def test_bulk_delete_removes_rules_responses_and_counters_and_bumps_the_version(
     assert list(SessionCounter.objects.values_list("rule", flat=True)) == ["catch-all"]
     assert not RuleResponse.objects.filter(rule__isnull=True).exists()
     assert RuleResponse.objects.count() == 3
-    assert version() > before
+    assert version() == before + 1
 
 
 def test_bulk_enable_and_disable_bump_the_version(admin_client: Client, rules: None) -> None:
@@ -491,7 +504,21 @@ def test_editing_the_fallback_bumps_the_version_and_checks_its_fields(
     response = admin_client.post(url, {"content": "Nothing matched", "metadata": '{"a": 1}'})
     assert response.status_code == 302
     assert export_document()["fallback"] == {"content": "Nothing matched", "metadata": {"a": 1}}
-    assert version() > before
+    assert version() == before + 1
+
+
+@pytest.mark.parametrize("model", ["defaults", "fallback"])
+def test_deleting_a_singleton_removes_it_and_bumps_the_version(
+    admin_client: Client, model: str
+) -> None:
+    Defaults.objects.create(pk=1, confidence="low")
+    Fallback.objects.create(pk=1, content="Sorry")
+    before = version()
+    response = admin_client.post(f"/admin/staticagents/{model}/1/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    rows = Defaults.objects.all() if model == "defaults" else Fallback.objects.all()
+    assert not rows.exists()
+    assert version() == before + 1
 
 
 # -- upload and download ------------------------------------------------------
@@ -530,7 +557,7 @@ def test_uploading_a_fixture_replaces_the_rules(admin_client: Client, rules: Non
     assert names_in_order() == ["greet", "brand-new"]
     assert export_document()["fallback"] == {"content": "Nothing matched"}
     assert Defaults.objects.get(pk=1).confidence == "low"
-    assert version() > before
+    assert version() == before + 1
     assert messages_on(admin_client, CHANGELIST) == [
         "Uploaded rules.yml (replace): imported: 2 rule(s) created, 0 updated, 4 deleted."
     ]

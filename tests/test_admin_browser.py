@@ -79,7 +79,7 @@ def as_curator(
     """Run browser steps on a page logged in to the admin as a fresh superuser (3 rules loaded)."""
     # The default hasher spends most of a second per password, on purpose; not needed here.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    import_fixture(load_fixture(RULES))
+    import_fixture(document=load_fixture(RULES))
     User.objects.create_superuser("curator", "curator@example.org", "correct horse")
 
     def browse(steps: Callable[[Page], T]) -> T:

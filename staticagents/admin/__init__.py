@@ -1,9 +1,8 @@
 """The admin: curate the rules (in order), the defaults and the fallback.
 
 Validation is the models' ``clean()`` (the fixture schema), so a rule saved
-here is judged exactly as one imported from YAML. Every change bumps the
-ruleset version: saves through the signals, reorders and deletes through the
-services, bulk updates explicitly.
+here is judged exactly as one imported from YAML. Every change is written by a
+service (``staticagents.services``), which bumps the ruleset version once.
 """
 
 from __future__ import annotations
@@ -12,8 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.db import models, transaction
-from django.db.models import Max, OuterRef, QuerySet, Subquery
+from django.db import models
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
@@ -24,7 +23,13 @@ from django.utils.safestring import SafeString
 from staticagents.admin import views as admin_views
 from staticagents.forms import GrowingTextarea, OptionalJSONField, RuleResponseFormSet
 from staticagents.models import Defaults, Fallback, Rule, RuleResponse
-from staticagents.services import bump_version, delete_rule, reorder_rules
+from staticagents.services import (
+    delete_rules,
+    save_rule,
+    set_defaults,
+    set_fallback,
+    set_rules_enabled,
+)
 
 admin.site.site_header = "Static Agents"
 admin.site.site_title = "Static Agents"
@@ -246,32 +251,28 @@ class RuleAdmin(RuleAdminBase):
     def save_model(
         self, request: HttpRequest, obj: Rule, form: ModelForm[Rule], change: bool
     ) -> None:
-        if not change:  # a new rule goes last, where it cannot shadow an existing one
-            top = Rule.objects.aggregate(top=Max("position"))["top"]
-            obj.position = 0 if top is None else top + 1
-        super().save_model(request, obj, form, change)
+        """Nothing yet: the rule is saved with its responses, by ``save_related``."""
 
-    def save_formset(
+    def save_related(
         self,
         request: HttpRequest,
         form: ModelForm[Rule],
-        formset: BaseInlineFormSet[Any, Any, Any],
+        formsets: list[BaseInlineFormSet[Any, Any, Any]],
         change: bool,
     ) -> None:
-        super().save_formset(request, form, formset, change)
-        renumber_responses(form.instance)
+        """Save the rule and its responses in one service call (one version bump)."""
+        saved: list[RuleResponse] = []
+        removed: list[RuleResponse] = []
+        for formset in formsets:  # the responses inline, unless the user may not see it
+            saved += formset.save(commit=False)  # builds the rows, and lists the deleted ones
+            removed += formset.deleted_objects
+        save_rule(rule=form.instance, responses=saved, removed_responses=removed)
 
     def delete_model(self, request: HttpRequest, obj: Rule) -> None:
-        with transaction.atomic():
-            delete_rule(name=obj.name)  # its responses and session counters go too
-            reorder_rules(names=[])  # close the gap, so "#" stays the rule's place
+        delete_rules(names=[obj.name])  # its responses and session counters go too
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
-        # One by one through the service: QuerySet.delete() would leave the counters behind.
-        with transaction.atomic():
-            for name in list(queryset.values_list("name", flat=True)):
-                delete_rule(name=name)
-            reorder_rules(names=[])
+        delete_rules(names=list(queryset.values_list("name", flat=True)))
 
     @admin.action(description="Enable selected rules", permissions=["change"])
     def enable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
@@ -284,9 +285,8 @@ class RuleAdmin(RuleAdminBase):
     def _set_enabled(
         self, request: HttpRequest, queryset: QuerySet[Rule], *, enabled: bool
     ) -> None:
-        with transaction.atomic():  # update() sends no signal: bump the version here
-            count = queryset.update(enabled=enabled)
-            bump_version()
+        names = list(queryset.values_list("name", flat=True))
+        count = set_rules_enabled(names=names, enabled=enabled)
         state = "enabled" if enabled else "disabled"
         self.message_user(request, f"{count} rule(s) {state}.", messages.SUCCESS)
 
@@ -297,14 +297,6 @@ def first_and_last_rule() -> tuple[int | None, int | None]:
         ordered.order_by("position", "id").first(),
         ordered.order_by("-position", "-id").first(),
     )
-
-
-def renumber_responses(rule: Rule) -> None:
-    """Number a rule's responses 0..n-1 in their order (ties: the older one first)."""
-    responses = list(rule.responses.order_by("position", "id"))
-    for place, response in enumerate(responses):
-        response.position = place
-    RuleResponse.objects.bulk_update(responses, ["position"])
 
 
 class SingletonAdmin(SingletonAdminBase):
@@ -326,17 +318,32 @@ class SingletonAdmin(SingletonAdminBase):
             return HttpResponseRedirect(reverse(f"{info}_add"))
         return super().changelist_view(request, extra_context)
 
+    def store(self, document: dict[str, Any] | None) -> None:
+        """Write the row from a document, or remove it (``None``), through a service."""
+        raise NotImplementedError
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        if not change:
-            obj.pk = 1  # the services and selectors read the row with pk=1
-        super().save_model(request, obj, form, change)
+        self.store(obj.document())
+        obj.pk = 1  # the row the services write, for the admin's redirect and log
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        self.store(None)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self.store(None)
 
 
 @admin.register(Defaults)
 class DefaultsAdmin(SingletonAdmin):
     fields = ["confidence", "stream"]
 
+    def store(self, document: dict[str, Any] | None) -> None:
+        set_defaults(document=document)
+
 
 @admin.register(Fallback)
 class FallbackAdmin(SingletonAdmin):
     fieldsets = RESPONSE_FIELDSETS
+
+    def store(self, document: dict[str, Any] | None) -> None:
+        set_fallback(document=document)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.http import (
     Http404,
     HttpRequest,
@@ -28,31 +27,12 @@ from staticagents.document.files import dump_fixture
 from staticagents.forms import FixtureUploadForm
 from staticagents.models import Rule
 from staticagents.selectors import export_document
-from staticagents.services import import_fixture, reorder_rules
+from staticagents.services import MOVES, import_fixture, move_rule
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
 
-MOVES = ("top", "up", "down", "bottom")
 EXPORT_FILENAME = "static_agents.yml"
-
-
-def move_rule(rule: Rule, direction: str) -> int:
-    """Move a rule one place up or down, or to the top or bottom; return its new index."""
-    with transaction.atomic():
-        order = list(
-            Rule.objects.select_for_update()
-            .order_by("position", "id")
-            .values_list("name", flat=True)
-        )
-        index = order.index(rule.name)
-        target = {"top": 0, "up": index - 1, "down": index + 1, "bottom": len(order) - 1}[direction]
-        target = max(0, min(target, len(order) - 1))
-        if target == index:
-            return index
-        order.insert(target, order.pop(index))
-        reorder_rules(names=order)  # renumbers 0..n-1 and bumps the version
-    return target
 
 
 def changelist_url(model_admin: ModelAdmin[Rule], request: HttpRequest) -> str:
@@ -72,7 +52,7 @@ def move_view(
     if direction not in MOVES:
         raise Http404(f"unknown move {direction!r}: one of {', '.join(MOVES)}")
     rule = get_object_or_404(Rule, pk=object_id)
-    place = move_rule(rule, direction)
+    place = move_rule(name=rule.name, direction=direction)
     messages.success(request, f"“{rule.name}” is now rule #{place + 1}.")
     return HttpResponseRedirect(changelist_url(model_admin, request))
 
@@ -119,7 +99,7 @@ def _import_upload(
     if not merge and not model_admin.has_delete_permission(request):
         raise PermissionDenied
     dry_run = form.cleaned_data["dry_run"]
-    result = import_fixture(form.cleaned_data["fixture"], merge=merge, dry_run=dry_run)
+    result = import_fixture(document=form.cleaned_data["fixture"], merge=merge, dry_run=dry_run)
     mode = "merge" if merge else "replace"
     if dry_run:
         messages.info(

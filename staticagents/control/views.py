@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 from typing import IO, Any
 
 import orjson
-from django.conf import settings
 from django.http import HttpResponse
 from rest_framework import serializers
 from rest_framework.authentication import (
@@ -30,6 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from staticagents.conf import settings
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
@@ -254,7 +254,7 @@ class FixtureView(ControlView):
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         # Read one byte past the limit, so load_fixture can name an oversized body.
         document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
-        return Response(asdict(import_fixture(document, merge=merge, dry_run=dry_run)))
+        return Response(asdict(import_fixture(document=document, merge=merge, dry_run=dry_run)))
 
 
 def _wants_json(request: Request) -> bool:

@@ -1,9 +1,13 @@
-"""Scripted stream timing: how a reply's text is cut into chunks, and when each is due."""
+"""Scripted stream timing: how a reply's text is cut into chunks, when each is due,
+and the timed frame that every dialect's stream is made of."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
+
+import orjson
 
 from staticagents.core.replies import Reply, Timing
 from staticagents.core.values import value_class
@@ -52,3 +56,32 @@ def plan_stream(reply: Reply) -> list[Piece]:
     chunks += [("text", c) for c in chunk_text(reply.content, reply.timing.chunk)]
     offsets = schedule(len(chunks), reply.timing)
     return [Piece(at, kind, text) for at, (kind, text) in zip(offsets, chunks, strict=True)]
+
+
+@value_class
+class TimedFrame:
+    """One frame of a stream (an SSE event, a WebSocket message), due ``at`` seconds
+    after the stream starts.
+
+    ``data`` is the frame's JSON payload, rendered only when the frame is sent;
+    or bytes, sent as they are: JSON the dialect rendered ahead (from a template,
+    for the many chunks that differ in one string), or a marker such as
+    OpenAI's ``[DONE]``. No payload is bytes, since JSON has none.
+    ``event`` names the frame on an SSE ``event:`` line; None sends data only,
+    as every WebSocket message does.
+    """
+
+    at: float
+    data: Any
+    event: str | None = None
+
+    def json(self) -> bytes:
+        """The frame's data as sent: rendered now, unless it already is."""
+        data = self.data
+        return data if type(data) is bytes else orjson.dumps(data)
+
+    @property
+    def payload(self) -> Any:
+        """The frame's data as JSON values (for whoever inspects a planned stream)."""
+        data = self.data
+        return orjson.loads(data) if type(data) is bytes else data

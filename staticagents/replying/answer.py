@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.db.models import F, QuerySet
 
-from staticagents.conf import hot
+from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry, mask_headers
 from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
@@ -48,7 +48,7 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     rule = match_inquiry(ruleset, inquiry)
     step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
     reply = build_reply(ruleset, inquiry, rule, step)
-    if not hot.STATIC_AGENTS_JOURNAL:
+    if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
     [entry_id] = insert_entries([entry])
@@ -82,7 +82,7 @@ async def aanswer_inquiry(
     else:
         step = Step()
     reply = build_reply(ruleset, inquiry, rule, step)
-    if not hot.STATIC_AGENTS_JOURNAL:
+    if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
     return Answer(reply, await reply_store.record(entry, loop))
@@ -204,7 +204,7 @@ def prune_to_cap(newest_id: int) -> None:
 
 def journal_cap() -> int:
     """How many of the newest journal entries pruning keeps."""
-    cap: int = hot.STATIC_AGENTS_JOURNAL_MAX
+    cap: int = settings.STATIC_AGENTS_JOURNAL_MAX
     return cap
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from staticagents.conf import hot
+from staticagents.conf import settings
 
 MISSING = "missing"
 INVALID = "invalid"
@@ -58,7 +58,7 @@ class Refusal:
 
 def configured_keys() -> tuple[str, ...]:
     """The accepted keys; empty means the reply routes are open (read per request)."""
-    return tuple(key for key in hot.STATIC_AGENTS_API_KEYS if key)
+    return tuple(key for key in settings.STATIC_AGENTS_API_KEYS if key)
 
 
 def check_key(
@@ -68,7 +68,7 @@ def check_key(
 
     ``headers`` are lower-cased names; ``query_string`` is the raw query.
     """
-    if not hot.STATIC_AGENTS_API_KEYS:
+    if not settings.STATIC_AGENTS_API_KEYS:
         return None  # open: the common case, decided without building anything
     keys = configured_keys()
     if not keys:

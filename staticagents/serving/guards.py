@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
-from django.conf import settings
 
+from staticagents.conf import settings
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM
 from staticagents.serving.fallback import error_body

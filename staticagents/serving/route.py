@@ -10,8 +10,8 @@ watcher task listens for the client leaving once there is time for it to:
 * while the answer is worked out (``answering``) for longer than
   ``watchlist.WATCH_AFTER_SECONDS``, the work finishes and its journal entry is then
   marked cancelled;
-* while a stream is paced out, the handler stops at once and the entry is
-  marked cancelled.
+* while a stream is paced out (``send_paced``, through ``serving/stream.py``),
+  the handler stops at once and the entry is marked cancelled.
 
 A JSON reply answered within that moment is sent straight away, unwatched: a
 watcher per request would cost the hot path more than all its matching.
@@ -22,19 +22,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from time import perf_counter
 from typing import Any, ClassVar, TypeVar
 
 import orjson
-from channels.db import database_sync_to_async
-from django.conf import settings
 
-from staticagents.conf import hot
+from staticagents.conf import settings
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.replying.answer import mark_cancelled
+from staticagents.core.timing import TimedFrame
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
+from staticagents.serving.stream import CutOff, mark_ended, send_paced
 from staticagents.serving.turns import turnstile
 from staticagents.serving.watchlist import watchlist
 
@@ -142,12 +140,12 @@ class ReplyRoute:
             message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
             return RequestRejected(415, message)
         length = headers.get("content-length", "").strip()
-        if is_ascii_number(length) and int(length) > hot.STATIC_AGENTS_MAX_BODY_BYTES:
+        if is_ascii_number(length) and int(length) > settings.STATIC_AGENTS_MAX_BODY_BYTES:
             return self.too_large()
         return None
 
     def too_large(self) -> RequestRejected:
-        limit = hot.STATIC_AGENTS_MAX_BODY_BYTES
+        limit = settings.STATIC_AGENTS_MAX_BODY_BYTES
         message = f"request body exceeds {limit} bytes (STATIC_AGENTS_MAX_BODY_BYTES)"
         return RequestRejected(413, message, "request_too_large")
 
@@ -185,7 +183,7 @@ class ReplyRoute:
     async def read_body(self, receive: Receive) -> bytes | None:
         """The whole request body, or None when it was refused or the client left."""
         chunks: list[bytes] = []
-        size, limit = 0, hot.STATIC_AGENTS_MAX_BODY_BYTES
+        size, limit = 0, settings.STATIC_AGENTS_MAX_BODY_BYTES
         while True:
             message = await receive()
             if message["type"] != "http.request":
@@ -220,8 +218,7 @@ class ReplyRoute:
         if self.phase == ANSWERING:
             return  # ``answering`` marks the entry once the work is done
         main.cancel()
-        if self.entry_id is not None:
-            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+        await mark_ended(self.entry_id, "cancelled")
 
     async def answering(self, work: Awaitable[T], entry_of: Callable[[T], int | None]) -> T:
         """Await the answer phase and remember its journal entry.
@@ -239,7 +236,7 @@ class ReplyRoute:
             answers.discard(self)
         self.entry_id = entry_of(result)
         if self.client_left:
-            await database_sync_to_async(mark_cancelled)(self.entry_id, "cancelled")
+            await mark_ended(self.entry_id, "cancelled")
             raise ClientLeft
         self.phase = RESPONDING
         return result
@@ -289,48 +286,28 @@ class ReplyRoute:
         await self._send({"type": "http.response.body", "body": data})
 
     async def send_paced(
-        self, frames: Iterable[tuple[float, bytes]], closing: bytes | None = None
-    ) -> bool:
-        """Send each frame at its offset from the stream's start; False if cut off.
+        self, frames: Iterable[TimedFrame], closing: bytes | None = None
+    ) -> CutOff | None:
+        """Send the frames as server-sent events, each at its offset from the stream's
+        start (``serving/stream.py``); a ``CutOff`` if the maximum duration cut it off.
 
-        The stream starts now, or, when the loop has no room for one more
-        stream, once the pacer lets it begin (``serving/pacer.py``).
-        Offsets are absolute from the stream's start, so drift never accumulates;
-        frames that are already due when the loop gets to them (a busy server)
-        go out together in one write, so a late stream catches up at once. With
-        ``closing``, a stream that runs its course ends with those bytes, in the
-        same write as its last frames. A stream that would outlast the
-        configured maximum is cut off there.
+        With ``closing``, a stream that runs its course ends the response with
+        those bytes, in the same write as its last frames; a stream cut off
+        leaves the response open, for the dialect's own word on why it ended.
         """
-        loop = self.loop or asyncio.get_running_loop()
-        timer = pacer(loop)
-        async with timer.place():  # under overload, a stream waits here to begin
-            start = loop.time()
-            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-            send = self._send
-            due: list[bytes] = []
-            for offset, data in frames:
-                if offset > limit:
-                    if due:
-                        await self.send_chunk(b"".join(due))
-                    await timer.until(start + limit)
-                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
-                    return False
-                if start + offset > loop.time():
-                    if due:
-                        body = b"".join(due)
-                        sending = perf_counter()
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
-                        timer.sent(sending)
-                        due = []
-                    if start + offset > loop.time():
-                        await timer.until(start + offset)
-                due.append(data)
-            if closing is not None:
-                await self.end_stream(b"".join([*due, closing]))
-            elif due:
-                await self.send_chunk(b"".join(due))
-            return True
+        finish = None if closing is None else self.closer(closing)
+        timer = pacer(self.loop)
+        return await send_paced(
+            frames, sse_frames, self.send_chunk, finish=finish, entry_id=self.entry_id, timer=timer
+        )
+
+    def closer(self, closing: bytes) -> Callable[[bytes], Awaitable[None]]:
+        """A last write that ends the response with ``closing``."""
+
+        async def close(body: bytes) -> None:
+            await self.end_stream(body + closing)
+
+        return close
 
 
 def sse(payload: Any, event: str | None = None) -> bytes:
@@ -343,6 +320,11 @@ def sse_frame(data: bytes, event: str | None = None) -> bytes:
     if event is None:
         return b"data: " + data + b"\n\n"
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def sse_frames(frames: Iterable[TimedFrame]) -> bytes:
+    """Timed frames as server-sent events, rendered now, in one piece."""
+    return b"".join([sse_frame(frame.json(), frame.event) for frame in frames])
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:

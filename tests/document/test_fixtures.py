@@ -15,6 +15,7 @@ from staticagents.document.files import dump_fixture, load_fixture
 from staticagents.document.schema import DocumentInvalid
 from staticagents.models import Fallback, Rule, RulesetState
 from staticagents.selectors import active_ruleset, export_document
+from staticagents.services import set_rules_enabled
 from tests.conftest import FIXTURES, GALAXY_FIXTURE
 
 
@@ -251,9 +252,7 @@ def test_any_change_bumps_the_version_and_the_snapshot_follows() -> None:
     call_command("import_fixture", str(GALAXY_FIXTURE))
     snapshot = active_ruleset()
     assert active_ruleset() is snapshot  # no rebuild without a change
-    rule = Rule.objects.get(name="router-1")
-    rule.enabled = False
-    rule.save()
+    set_rules_enabled(names=["router-1"], enabled=False)
     rebuilt = active_ruleset()
     assert rebuilt is not snapshot
     assert "router-1" not in [r.name for r in rebuilt.rules]
@@ -266,9 +265,8 @@ def test_regexes_see_only_the_configured_window_of_a_query(settings: Any) -> Non
     from staticagents.services import import_fixture
 
     settings.STATIC_AGENTS_MATCH_WINDOW = 50
-    import_fixture(
-        load_fixture("rules:\n  - name: tail\n    match: {query: 'END$'}\n    response: {}\n")
-    )
+    tail = "rules:\n  - name: tail\n    match: {query: 'END$'}\n    response: {}\n"
+    import_fixture(document=load_fixture(tail))
     ruleset = active_ruleset()
     assert match_inquiry(ruleset, Inquiry("x" * 40 + "END")) is not None
     assert match_inquiry(ruleset, Inquiry("x" * 100 + "END")) is None

@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from staticagents.core.timing import TimedFrame
 from staticagents.models import JournalEntry
 
 WORDS = " ".join(f"w{i}" for i in range(1, 21))
@@ -269,7 +270,7 @@ class Jam:
             self.pacer.end(place)
 
 
-def paced_route(entry_id: int, frames: list[tuple[float, bytes]]) -> Any:
+def paced_route(entry_id: int, frames: list[TimedFrame]) -> Any:
     from staticagents.serving.route import ReplyRoute
 
     class Paced(ReplyRoute):
@@ -295,7 +296,7 @@ async def test_a_stream_waits_to_begin_while_the_loop_is_late_then_keeps_its_scr
 ) -> None:
     from channels.testing import ApplicationCommunicator
 
-    frames = [(0.0, b"a"), (0.03, b"b"), (0.06, b"c")]
+    frames = [TimedFrame(0.0, b"a"), TimedFrame(0.03, b"b"), TimedFrame(0.06, b"c")]
     scope = {"type": "http", "method": "POST", "path": "/paced", "headers": []}
     jam = await Jam.start()
     client = ApplicationCommunicator(paced_route(await journal_entry(), frames), scope)
@@ -311,7 +312,7 @@ async def test_a_stream_waits_to_begin_while_the_loop_is_late_then_keeps_its_scr
         bodies.append(message["body"])
         if not message.get("more_body"):
             break
-    assert b"".join(bodies) == b"abcend"
+    assert b"".join(bodies) == b"data: a\n\ndata: b\n\ndata: c\n\nend"
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     # Spaced by the script (30 ms), not sent together as they would be had it started early;
     # a few ms of slack for a busy machine delaying the first arrival.
@@ -328,7 +329,7 @@ async def test_a_client_that_leaves_a_held_stream_gives_up_its_place(
     entry_id = await journal_entry()
     scope = {"type": "http", "method": "POST", "path": "/paced", "headers": []}
     jam = await Jam.start()
-    client = ApplicationCommunicator(paced_route(entry_id, [(0.0, b"a")]), scope)
+    client = ApplicationCommunicator(paced_route(entry_id, [TimedFrame(0.0, b"a")]), scope)
     await client.send_input({"type": "http.request", "body": b"{}"})
     assert (await client.receive_output(5))["status"] == 200
     assert await client.receive_nothing(0.05)  # held: no frame

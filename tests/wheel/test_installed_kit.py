@@ -8,12 +8,13 @@ directory. Only public API is used: the plugin's fixtures (loaded through the
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import sysconfig
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,50 @@ def test_the_command_keeps_its_database_out_of_site_packages(tmp_path: Path) -> 
     assert (tmp_path / "static-agents.sqlite3").is_file()
     package = Path(staticagents.__file__).parent
     assert not list(package.parent.glob("*.sqlite3")) and not list(package.glob("*.sqlite3"))
+
+
+def run_command(
+    arguments: list[str], cwd: Path, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    """The installed ``static-agents`` command, on its own settings, with ``variables`` set."""
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
+        and not name.startswith("STATIC_AGENTS_")
+    }
+    command = Path(sys.executable).parent / "static-agents"
+    return subprocess.run(
+        [command, *arguments],
+        cwd=cwd,
+        env={**environment, **variables},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_distribution_installs_no_package_but_staticagents() -> None:
+    files = metadata.files("static-agents") or []
+    installed = {file.parts[0] for file in files if file.parts[0] != ".."}  # ..: bin/static-agents
+    assert {name for name in installed if not name.endswith(".dist-info")} == {"staticagents"}
+    assert importlib.util.find_spec("project") is None
+
+
+def test_the_command_lists_the_service_commands_and_passes_its_checks(tmp_path: Path) -> None:
+    helped = run_command(["--help"], tmp_path)
+    assert helped.returncode == 0, helped.stderr
+    assert "[staticagents]" in helped.stdout and "serve" in helped.stdout
+
+    checked = run_command(["check"], tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert "System check identified no issues" in checked.stdout
+
+
+def test_a_malformed_variable_stops_the_command_in_one_line(tmp_path: Path) -> None:
+    checked = run_command(["check"], tmp_path, DEBUG="tru")
+    assert checked.returncode == 1
+    assert checked.stderr == (
+        "static-agents: DEBUG='tru' is not a boolean: true or false, yes or no, on or off, 1 or 0 "
+        "(default: false)\n"
+    )

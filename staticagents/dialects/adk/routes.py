@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.urls import path
 
 from staticagents.dialects.adk import sessions as adk_sessions
@@ -194,11 +193,11 @@ class RunSseRoute(RunRoute):
         run = await self.begin(body)
         events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
         await self.start_sse()
-        if await self.send_paced((at, sse(event)) for at, event in events):
-            await self.finish(run, events[-1][1])
+        stopped = await self.send_paced(events)
+        if stopped is None:
+            await self.finish(run, events[-1].data)
         else:
-            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-            cut_off = adk.cut_off_event(run.ids, limit)
+            cut_off = adk.cut_off_event(run.ids, stopped.limit)
             await self.finish(run, cut_off, sse(cut_off))
 
     async def finish(self, run: Run, final: dict[str, Any], tail: bytes = b"") -> None:

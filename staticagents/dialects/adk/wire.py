@@ -25,7 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from staticagents.core.replies import Reply, count_tokens
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.core.timing import plan_stream
+from staticagents.core.timing import TimedFrame, plan_stream
 
 MODEL_VERSION = "static-agents"
 FINISH_REASONS = {
@@ -349,19 +349,17 @@ def cut_off_event(ids: EventIds, limit_seconds: float) -> dict[str, Any]:
     return error_event("STREAM_CUT_OFF", message, ids)
 
 
-def partial_events(reply: Reply, ids: EventIds) -> list[tuple[float, dict[str, Any]]]:
-    """The streamed deltas, each with its offset in seconds from the stream's start."""
+def partial_events(reply: Reply, ids: EventIds) -> list[TimedFrame]:
+    """The streamed deltas, each at its offset in seconds from the stream's start."""
     if reply.error is not None:
         return []
     return [
-        (piece.at, partial_event(piece.text, ids, thought=piece.kind == "thinking"))
+        TimedFrame(piece.at, partial_event(piece.text, ids, thought=piece.kind == "thinking"))
         for piece in plan_stream(reply)
     ]
 
 
-def sse_events(
-    reply: Reply, ids: EventIds, *, streaming: bool
-) -> list[tuple[float, dict[str, Any]]]:
+def sse_events(reply: Reply, ids: EventIds, *, streaming: bool) -> list[TimedFrame]:
     """What ``/run_sse`` sends, timed: the partial deltas when streaming, then the final event.
 
     A streamed final event is due with the last delta, or after ``first_delay_ms``
@@ -369,10 +367,10 @@ def sse_events(
     """
     final = final_event(reply, ids)
     if not streaming or reply.error is not None:
-        return [(0.0, final)]
+        return [TimedFrame(0.0, final)]
     partials = partial_events(reply, ids)
-    end = max([reply.timing.first_delay_ms / 1000, *(at for at, _ in partials)])
-    return [*partials, (end, final)]
+    end = max([reply.timing.first_delay_ms / 1000, *(frame.at for frame in partials)])
+    return [*partials, TimedFrame(end, final)]
 
 
 def partial_event(text: str, ids: EventIds, *, thought: bool = False) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.urls import re_path
 
 from staticagents.dialects.anthropic import wire as anthropic
@@ -18,7 +17,7 @@ from staticagents.dialects.llm.routes import (
     retry_headers,
 )
 from staticagents.serving import access
-from staticagents.serving.route import RequestRejected, sse_frame
+from staticagents.serving.route import RequestRejected
 
 
 class MessagesRoute(ModelReplyRoute):
@@ -39,9 +38,9 @@ class MessagesRoute(ModelReplyRoute):
             await self.send_json(reply.error.status, error, headers)
         elif not conversation.stream:
             await self.send_json(200, anthropic.message_body(reply, envelope), headers)
-        elif not await self.stream(anthropic.stream_events(reply, envelope), headers):
-            cut_off = anthropic.cut_off_event(settings.STATIC_AGENTS_MAX_STREAM_SECONDS)
-            await self.end_stream(sse_frame(cut_off.data, cut_off.event))
+        else:
+            events = anthropic.stream_events(reply, envelope)
+            await self.stream(events, headers, cut_off=anthropic.cut_off_event)
 
     def error_body(self, rejection: RequestRejected) -> Any:
         return anthropic.error_body(rejection.message, rejection.kind)

@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticagents.core.replies import Reply, ReplyError
-from staticagents.core.timing import chunk_text, plan_stream, schedule
+from staticagents.core.timing import TimedFrame, chunk_text, plan_stream, schedule
 from staticagents.dialects.llm.wire import (
     DEFAULT_MODEL,
     SLOT,
     Conversation,
     Envelope,
     InvalidRequest,
-    StreamEvent,
     TextTemplate,
     arguments_json,
     inquiry_context,
@@ -177,7 +176,7 @@ def signature(thinking: str) -> str:
     return base64.b64encode(hashlib.sha256(thinking.encode()).digest()).decode()
 
 
-def stream_events(reply: Reply, envelope: Envelope) -> list[StreamEvent]:
+def stream_events(reply: Reply, envelope: Envelope) -> list[TimedFrame]:
     """The named events of a streamed reply, each at its scripted time."""
     start = {
         **_message(envelope),
@@ -198,7 +197,7 @@ def stream_events(reply: Reply, envelope: Envelope) -> list[StreamEvent]:
     return events
 
 
-def _content_blocks(reply: Reply) -> list[StreamEvent]:
+def _content_blocks(reply: Reply) -> list[TimedFrame]:
     """Thinking, text and tool-use blocks in order; tool input streams after the text."""
     pieces = plan_stream(reply)
     inputs = [chunk_text(arguments_json(c.arguments), reply.timing.chunk) for c in reply.tool_calls]
@@ -241,7 +240,7 @@ class BlockWriter:
     """Writes content blocks as start, deltas, stop events, numbering them as it goes."""
 
     def __init__(self) -> None:
-        self.events: list[StreamEvent] = []
+        self.events: list[TimedFrame] = []
         self.index = 0
 
     def add(
@@ -271,9 +270,9 @@ def _delta_body(index: int, delta: dict[str, Any]) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": delta}
 
 
-def _event(at: float, data: dict[str, Any]) -> StreamEvent:
+def _event(at: float, data: dict[str, Any]) -> TimedFrame:
     """Anthropic names every event after its type, on an ``event:`` line."""
-    return StreamEvent.of(at, data, data["type"])
+    return TimedFrame(at, data, data["type"])
 
 
 def _message(envelope: Envelope) -> dict[str, Any]:
@@ -306,10 +305,10 @@ def scripted_error_body(error: ReplyError) -> dict[str, Any]:
     return error_body(error.message, error.type)
 
 
-def cut_off_event(limit_seconds: float) -> StreamEvent:
+def cut_off_event(limit_seconds: float) -> TimedFrame:
     """The ``error`` event sent in place of the rest of a stream that ran too long."""
     message = f"stream cut off: it would outlast the maximum stream duration of {limit_seconds:g} s"
-    return StreamEvent.of(0.0, error_body(message, "timeout_error"), "error")
+    return TimedFrame(0.0, error_body(message, "timeout_error"), "error")
 
 
 def models_body(agent_types: Sequence[str]) -> dict[str, Any]:

@@ -4,26 +4,26 @@
 ``delta`` events on the rule's schedule), then exactly one ``result`` carrying
 the ChatResponse that ``/api/chat`` would answer, then ``done``. The exchange
 is saved just before the result, so a client that leaves mid-stream leaves no
-half-told turn behind.
+half-told turn behind. A stream that would outlast the maximum duration is cut
+off there and still ends with one ``result`` (a 504 failure), then ``done``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.urls import re_path
 
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.galaxy import exchanges as chat_exchanges
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.galaxy.exchanges import ExchangeNotFound
-from staticagents.dialects.galaxy.wire import GalaxyRequestInvalid, StreamEvent
+from staticagents.dialects.galaxy.wire import GalaxyRequestInvalid
 from staticagents.serving import access
-from staticagents.serving.route import ReplyRoute, RequestRejected, sse
+from staticagents.serving.route import ReplyRoute, RequestRejected, sse_frames
 
 ROUTE = "/api/chat/stream"
 
@@ -69,34 +69,23 @@ class GalaxyStreamRoute(ReplyRoute):
         try:
             turn = await self.answering(work, lambda turn: turn.answer.entry_id)
         except ExchangeNotFound as missing:
-            failure = galaxy.chat_failure(404, str(missing), exchange_id=missing.exchange_id)
-            failed = galaxy.progress("responding", str(missing), "failed", chat.agent_type)
             await self.finish(
-                [StreamEvent(0.0, "progress", failed), *galaxy.result_events(failure)]
+                galaxy.missing_exchange_events(str(missing), missing.exchange_id, chat.agent_type)
             )
             return
         events = galaxy.stream_events(
             turn.answer.reply, agent_type=chat.agent_type, routed=chat.routed
         )
-        if not await self.send_paced(frames(events)):
-            # Cut off at the maximum duration: Galaxy's client still gets its one result.
-            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-            failure = galaxy.chat_failure(504, f"Stream cut off after {limit:g} s")
-            await self.finish(galaxy.result_events(failure))
+        stopped = await self.send_paced(events)
+        if stopped is not None:
+            await self.finish(galaxy.cut_off_events(stopped.limit))
             return
         result = await database_sync_to_async(chat_exchanges.finish_chat_turn)(turn)
         await self.finish(galaxy.result_events(result))
 
-    async def finish(self, events: list[StreamEvent]) -> None:
+    async def finish(self, events: list[TimedFrame]) -> None:
         """Send the last events at once and close the stream."""
-        *head, last = events
-        for event in head:
-            await self.send_chunk(sse(event.data, event.event))
-        await self.end_stream(sse(last.data, last.event))
-
-
-def frames(events: Iterable[StreamEvent]) -> Iterable[tuple[float, bytes]]:
-    return ((event.at, sse(event.data, event.event)) for event in events)
+        await self.end_stream(sse_frames(events))
 
 
 http_routes = [re_path(r"^api/chat/stream$", GalaxyStreamRoute.as_asgi())]

@@ -25,7 +25,7 @@ from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Reply, ReplyError
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.core.timing import plan_stream
+from staticagents.core.timing import TimedFrame, plan_stream
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -415,35 +415,26 @@ def render_history_item(
 # -- the streaming route ------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
-    """One server-sent event, due ``at`` seconds after the stream starts."""
-
-    at: float
-    event: str
-    data: Mapping[str, Any]
-
-
 def progress(step: str, label: str, status: str, agent_type: str) -> dict[str, Any]:
     """Galaxy's ``AgentProgressEvent``."""
     return {"step": step, "label": label, "status": status, "agent_type": agent_type}
 
 
-def stream_events(reply: Reply, *, agent_type: str, routed: bool) -> list[StreamEvent]:
+def stream_events(reply: Reply, *, agent_type: str, routed: bool) -> list[TimedFrame]:
     """Progress, then the reply's text as ``delta`` events on its schedule, then completion.
 
     Galaxy's client acts on ``progress`` and ``result`` and skips other events,
     so the deltas add live text without disturbing it. The ``result`` and
     ``done`` events follow once the exchange is saved (``result_events``).
     """
-    events: list[StreamEvent] = []
+    events: list[TimedFrame] = []
     if routed:
         label = f"Routed to the {agent_type} agent"
         events.append(
-            StreamEvent(0.0, "progress", progress("routing", label, "completed", agent_type))
+            TimedFrame(0.0, progress("routing", label, "completed", agent_type), "progress")
         )
     events.append(
-        StreamEvent(0.0, "progress", progress("responding", "Responding", "running", agent_type))
+        TimedFrame(0.0, progress("responding", "Responding", "running", agent_type), "progress")
     )
     end = reply.timing.first_delay_ms / 1000
     for piece in plan_stream(reply):
@@ -453,19 +444,32 @@ def stream_events(reply: Reply, *, agent_type: str, routed: bool) -> list[Stream
             "content": piece.text,
             "agent_type": agent_type,
         }
-        events.append(StreamEvent(piece.at, "delta", data))
+        events.append(TimedFrame(piece.at, data, "delta"))
         end = piece.at
     status = "failed" if reply.error is not None else "completed"
     events.append(
-        StreamEvent(end, "progress", progress("responding", "Responding", status, agent_type))
+        TimedFrame(end, progress("responding", "Responding", status, agent_type), "progress")
     )
     return events
 
 
-def result_events(chat_response: Mapping[str, Any]) -> list[StreamEvent]:
-    return [StreamEvent(0.0, "result", chat_response), StreamEvent(0.0, "done", {})]
+def result_events(chat_response: Mapping[str, Any]) -> list[TimedFrame]:
+    """The ``result`` carrying the ChatResponse, then ``done``: how every stream ends."""
+    return [TimedFrame(0.0, chat_response, "result"), TimedFrame(0.0, {}, "done")]
 
 
-def missing_query_events(agent_type: str) -> list[StreamEvent]:
+def missing_query_events(agent_type: str) -> list[TimedFrame]:
     failed = progress("responding", "No query provided", "failed", agent_type)
-    return [StreamEvent(0.0, "progress", failed), *result_events(missing_query_response())]
+    return [TimedFrame(0.0, failed, "progress"), *result_events(missing_query_response())]
+
+
+def missing_exchange_events(message: str, exchange_id: int, agent_type: str) -> list[TimedFrame]:
+    """A follow-up to an exchange that does not exist: failed progress, a 404 result."""
+    failed = progress("responding", message, "failed", agent_type)
+    failure = chat_failure(404, message, exchange_id=exchange_id)
+    return [TimedFrame(0.0, failed, "progress"), *result_events(failure)]
+
+
+def cut_off_events(limit_seconds: float) -> list[TimedFrame]:
+    """A stream cut off at the maximum duration: Galaxy's client still gets its one result."""
+    return result_events(chat_failure(504, f"Stream cut off after {limit_seconds:g} s"))

@@ -13,20 +13,20 @@ import asyncio
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from staticagents.core.inquiry import session_key
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.llm.wire import (
     Conversation,
     Envelope,
     InvalidRequest,
-    StreamEvent,
     choose_agent_type,
 )
 from staticagents.replying.answer import Answer, aanswer_inquiry
 from staticagents.selectors import current_ruleset
-from staticagents.serving.route import ReplyRoute, RequestRejected, parse_json_object, sse_frame
+from staticagents.serving.route import ReplyRoute, RequestRejected, parse_json_object, sse_frames
 
 # Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
 AGENT_PREFIX = r"^(?:agents/(?P<agent_type>[^/]+)/)?"
@@ -76,18 +76,21 @@ class ModelReplyRoute(ReplyRoute):
 
     async def stream(
         self,
-        events: Sequence[StreamEvent],
+        frames: Iterable[TimedFrame],
         headers: Sequence[tuple[bytes, bytes]] = (),
+        *,
         closing: bytes = b"",
-    ) -> bool:
-        """Send the events on their schedule, then ``closing`` and the end of the response.
+        cut_off: Callable[[float], TimedFrame],
+    ) -> None:
+        """Send the frames on their schedule, then ``closing`` and the end of the response.
 
-        False when the maximum duration cut the stream off: the response is
-        still open, for the dialect's own word on why it ended.
+        A stream that the maximum duration cuts off ends instead with the
+        dialect's ``cut_off`` frame, made for that limit.
         """
         await self.start_sse(headers)
-        frames = [(event.at, sse_frame(event.data, event.event)) for event in events]
-        return await self.send_paced(frames, closing)
+        stopped = await self.send_paced(frames, closing)
+        if stopped is not None:
+            await self.end_stream(sse_frames([cut_off(stopped.limit)]))
 
 
 async def answer_conversation(

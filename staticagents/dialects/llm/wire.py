@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from staticagents.core.inquiry import Inquiry
+from staticagents.core.timing import TimedFrame
 from staticagents.core.values import value_class
 
 DEFAULT_AGENT_TYPE = "router"  # Galaxy's default agent, and the Inquiry's
@@ -156,28 +157,6 @@ class Envelope:
     model: str
 
 
-@value_class
-class StreamEvent:
-    """One server-sent event, due ``at`` seconds after the stream starts.
-
-    ``data`` is the event's JSON, rendered: a stream is rendered once, when it
-    is planned, so that sending it costs nothing but the writes.
-    """
-
-    at: float
-    data: bytes
-    event: str | None = None  # the SSE ``event:`` line; None sends data only
-
-    @classmethod
-    def of(cls, at: float, payload: Any, event: str | None = None) -> StreamEvent:
-        return cls(at, orjson.dumps(payload), event)
-
-    @property
-    def payload(self) -> Any:
-        """The event's JSON, parsed (for whoever inspects a planned stream)."""
-        return orjson.loads(self.data)
-
-
 # NUL never reaches a template from a request (bodies holding one are refused),
 # so the rendered slot cannot occur in the payload around it.
 SLOT = "\x00slot\x00"
@@ -198,8 +177,8 @@ class TextTemplate:
         self.head, self.tail = orjson.dumps(payload).split(_RENDERED_SLOT)
         self.event = event
 
-    def at(self, at: float, text: str) -> StreamEvent:
-        return StreamEvent(at, self.head + orjson.dumps(text) + self.tail, self.event)
+    def at(self, at: float, text: str) -> TimedFrame:
+        return TimedFrame(at, self.head + orjson.dumps(text) + self.tail, self.event)
 
 
 def arguments_json(arguments: Mapping[str, Any]) -> str:
@@ -207,6 +186,6 @@ def arguments_json(arguments: Mapping[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def stream_end(events: Sequence[StreamEvent], first_delay: float) -> float:
+def stream_end(events: Sequence[TimedFrame], first_delay: float) -> float:
     """When the closing events are due: with the last chunk, and never before the first delay."""
     return max([first_delay, *(e.at for e in events)])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.urls import re_path
 
 from staticagents.dialects.anthropic import wire as anthropic
@@ -20,7 +19,7 @@ from staticagents.dialects.llm.routes import (
 from staticagents.dialects.openai import wire as openai
 from staticagents.selectors import current_ruleset
 from staticagents.serving import access
-from staticagents.serving.route import RequestRejected, sse
+from staticagents.serving.route import RequestRejected
 
 
 class ChatCompletionsRoute(ModelReplyRoute):
@@ -42,9 +41,7 @@ class ChatCompletionsRoute(ModelReplyRoute):
             await self.send_json(200, openai.completion_body(reply, envelope), headers)
         else:
             events = openai.stream_events(reply, envelope, include_usage=conversation.include_usage)
-            if not await self.stream(events, headers, closing=openai.DONE):
-                limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-                await self.end_stream(sse(openai.cut_off_body(limit)))
+            await self.stream(events, headers, closing=openai.DONE, cut_off=openai.cut_off_event)
 
     def error_body(self, rejection: RequestRejected) -> Any:
         return openai.error_body(rejection.message, rejection.kind, rejection.param, rejection.code)

@@ -15,14 +15,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from staticagents.core.replies import Reply, ReplyError, ToolCall
-from staticagents.core.timing import chunk_text, plan_stream, schedule
+from staticagents.core.timing import TimedFrame, chunk_text, plan_stream, schedule
 from staticagents.dialects.llm.wire import (
     DEFAULT_MODEL,
     SLOT,
     Conversation,
     Envelope,
     InvalidRequest,
-    StreamEvent,
     TextTemplate,
     arguments_json,
     inquiry_context,
@@ -172,7 +171,7 @@ def completion_body(reply: Reply, envelope: Envelope) -> dict[str, Any]:
     }
 
 
-def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> list[StreamEvent]:
+def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> list[TimedFrame]:
     """The ``chat.completion.chunk`` events of a streamed reply, each at its scripted time.
 
     The role comes at once; thinking, then content, then tool-call fragments
@@ -187,8 +186,8 @@ def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> l
     ]
     later = list(schedule(len(pieces) + len(fragments), reply.timing))[len(pieces) :]
 
-    def chunk(at: float, delta: dict[str, Any], finish: str | None = None) -> StreamEvent:
-        return StreamEvent.of(at, _chunk(envelope, delta, finish, include_usage))
+    def chunk(at: float, delta: dict[str, Any], finish: str | None = None) -> TimedFrame:
+        return TimedFrame(at, _chunk(envelope, delta, finish, include_usage))
 
     def text(key: str) -> TextTemplate:
         return TextTemplate(_chunk(envelope, {key: SLOT}, None, include_usage))
@@ -201,7 +200,7 @@ def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> l
     events.append(chunk(end, {}, FINISH_REASONS[reply.finish_reason]))
     if include_usage:
         usage_chunk = {**_identity(envelope, "chat.completion.chunk"), "choices": []}
-        events.append(StreamEvent.of(end, {**usage_chunk, "usage": usage_body(reply)}))
+        events.append(TimedFrame(end, {**usage_chunk, "usage": usage_body(reply)}))
     return events
 
 
@@ -272,10 +271,10 @@ def scripted_error_body(error: ReplyError) -> dict[str, Any]:
     return error_body(error.message, error.type)
 
 
-def cut_off_body(limit_seconds: float) -> dict[str, Any]:
-    """Sent in place of the rest of a stream that would outlast the maximum duration."""
+def cut_off_event(limit_seconds: float) -> TimedFrame:
+    """The error sent in place of the rest of a stream that would outlast the maximum duration."""
     message = f"stream cut off: it would outlast the maximum stream duration of {limit_seconds:g} s"
-    return error_body(message, "server_error", code="stream_timeout")
+    return TimedFrame(0.0, error_body(message, "server_error", code="stream_timeout"))
 
 
 def models_body(agent_types: Sequence[str]) -> dict[str, Any]:

@@ -5,9 +5,11 @@ the order they arrive: a message sent while a reply is still streaming waits in
 a queue (at most ``QUEUE_LIMIT``; beyond that it is refused at once with an
 ``error`` event) and is answered after the current reply's ``done``. Every
 event of a reply is sent at its scripted offset from the start of that reply's
-stream, so late sends never push later ones back. A client that disconnects
-stops its stream at once and its journal entry is marked cancelled; a stream
-that would outlast ``STATIC_AGENTS_MAX_STREAM_SECONDS`` is cut off there.
+stream, by the paced sender that the SSE routes use too (``serving/stream.py``),
+so late sends never push later ones back; each event is one text message. A
+client that disconnects stops its stream at once and its journal entry is
+marked cancelled; a stream that would outlast ``STATIC_AGENTS_MAX_STREAM_SECONDS``
+is cut off there, with an ``error`` event.
 
 With ``STATIC_AGENTS_API_KEYS`` set, the handshake must carry one of the keys
 (``Authorization: Bearer …`` or ``?api_key=``); otherwise the socket is
@@ -23,20 +25,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from time import perf_counter
 from typing import Any
 
 import orjson
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 from django.urls import path, re_path
 
 from staticagents.core.inquiry import session_key
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.websocket import wire as dialect
-from staticagents.replying.answer import Answer, aanswer_inquiry, mark_cancelled
+from staticagents.replying.answer import Answer, aanswer_inquiry
 from staticagents.serving import access
-from staticagents.serving.pacer import pacer
+from staticagents.serving.stream import mark_ended, send_paced
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.worker is not None:
             self.worker.cancel()
         streaming, self.entry_id = self.entry_id, None
-        if streaming is not None:
-            await database_sync_to_async(mark_cancelled)(streaming, "cancelled")
+        await mark_ended(streaming, "cancelled")
 
     async def send_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=orjson.dumps(event).decode())
@@ -121,27 +120,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
         await self.stream(events, message.request_id)
 
-    async def stream(
-        self, events: Sequence[dialect.TimedEvent], request_id: str | int | None
-    ) -> None:
-        """Send each event at its offset from the stream's start (now, or once the pacer
-        lets it begin); cut off at the configured maximum."""
-        loop = asyncio.get_running_loop()
-        timer = pacer(loop)
-        async with timer.place():  # under overload, a stream waits here to begin
-            start = loop.time()
-            limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-            for timed in events:
-                if timed.at > limit:
-                    await timer.until(start + limit)
-                    await database_sync_to_async(mark_cancelled)(self.entry_id, "cut_off")
-                    await self.send_event(dialect.cut_off_event(limit, request_id))
-                    return
-                if start + timed.at > loop.time():
-                    await timer.until(start + timed.at)
-                sending = perf_counter()
-                await self.send_event(timed.event)
-                timer.sent(sending)
+    async def stream(self, events: Sequence[TimedFrame], request_id: str | int | None) -> None:
+        """Send the events on their schedule (``serving/stream.py``); a stream that the
+        maximum duration cuts off ends with an ``error`` event naming the limit."""
+        stopped = await send_paced(events, messages, self.send_messages, entry_id=self.entry_id)
+        if stopped is not None:
+            await self.send_event(dialect.cut_off_event(stopped.limit, request_id))
+
+    async def send_messages(self, texts: list[str]) -> None:
+        for text in texts:
+            await self.send(text_data=text)
 
     @property
     def handshake_headers(self) -> dict[str, str]:
@@ -149,6 +137,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
             k.decode("latin-1").lower(): v.decode("latin-1")
             for k, v in self.scope.get("headers", [])
         }
+
+
+def messages(frames: list[TimedFrame]) -> list[str]:
+    """Each frame as one WebSocket text message."""
+    return [frame.json().decode() for frame in frames]
 
 
 class UnknownPathConsumer(AsyncWebsocketConsumer):

@@ -25,7 +25,6 @@ cut off at the maximum duration.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -34,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.replies import Reply
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.core.timing import plan_stream
+from staticagents.core.timing import TimedFrame, plan_stream
 from staticagents.dialects.galaxy.wire import render_agent_response
 from staticagents.document.schema import pydantic_errors
 
@@ -101,24 +100,16 @@ def build_inquiry(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class TimedEvent:
-    """An event and when it is due: ``at`` seconds after the stream started."""
-
-    at: float
-    event: dict[str, Any]
-
-
 def stream_events(
     reply: Reply, *, session: str, request_id: str | int | None = None
-) -> list[TimedEvent]:
+) -> list[TimedFrame]:
     """Every event of a reply, timed on the reply's script; one error event for an error."""
     if reply.error is not None:
         error = reply.error
-        return [TimedEvent(0.0, error_event(error.type, error.message, error.status, request_id))]
+        return [TimedFrame(0.0, error_event(error.type, error.message, error.status, request_id))]
     pieces = plan_stream(reply)
     events = [
-        TimedEvent(
+        TimedFrame(
             piece.at,
             tagged(
                 {"type": "delta" if piece.kind == "text" else "thinking", "text": piece.text},
@@ -132,7 +123,7 @@ def stream_events(
         tool_call_event(call.id, call.name, dict(call.arguments)) for call in reply.tool_calls
     ]
     closing += [result_event(reply, session), {"type": "done"}]
-    return events + [TimedEvent(end, tagged(event, request_id)) for event in closing]
+    return events + [TimedFrame(end, tagged(event, request_id)) for event in closing]
 
 
 def tool_call_event(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -26,5 +26,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         document = read_fixture(options["path"])
-        result = import_fixture(document, merge=options["merge"], dry_run=options["dry_run"])
+        result = import_fixture(
+            document=document, merge=options["merge"], dry_run=options["dry_run"]
+        )
         self.stdout.write(f"{options['path']}: {result.summary()}")

@@ -9,6 +9,7 @@ import pytest
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import compile_ruleset, match_inquiry
 from staticagents.core.replies import Reply, build_reply
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.adk import wire as adk
 
 IDS = adk.EventIds("e-1", "ev-1", 1700000000.5, "router")
@@ -213,14 +214,14 @@ def test_partial_events_carry_the_deltas_at_their_scripted_offsets() -> None:
         {"thinking": "a b", "content": "c d", "stream": {"first_delay_ms": 10, "word_delay_ms": 5}}
     )
     partials = adk.partial_events(reply, IDS)
-    assert [at for at, _ in partials] == pytest.approx([0.010, 0.015, 0.020, 0.025])
-    assert [e["content"]["parts"] for _, e in partials] == [
+    assert [frame.at for frame in partials] == pytest.approx([0.010, 0.015, 0.020, 0.025])
+    assert [frame.data["content"]["parts"] for frame in partials] == [
         [{"text": "a ", "thought": True}],
         [{"text": "b", "thought": True}],
         [{"text": "c "}],
         [{"text": "d"}],
     ]
-    assert all(e["partial"] is True and e["id"] == "ev-1" for _, e in partials)
+    assert all(frame.data["partial"] is True and frame.data["id"] == "ev-1" for frame in partials)
 
 
 def test_the_user_event_keeps_the_message_and_the_state_delta() -> None:
@@ -239,9 +240,10 @@ def test_a_cut_off_stream_ends_with_an_error_event() -> None:
 
 def test_run_sse_sends_the_final_event_alone_unless_streaming() -> None:
     reply = reply_for({"content": "a b", "stream": {"word_delay_ms": 5}})
-    assert adk.sse_events(reply, IDS, streaming=False) == [(0.0, adk.final_event(reply, IDS))]
+    final = TimedFrame(0.0, adk.final_event(reply, IDS))
+    assert adk.sse_events(reply, IDS, streaming=False) == [final]
     streamed = adk.sse_events(reply, IDS, streaming=True)
-    assert [(at, "partial" in e) for at, e in streamed] == [
+    assert [(frame.at, "partial" in frame.data) for frame in streamed] == [
         (0.0, True),
         (pytest.approx(0.005), True),
         (pytest.approx(0.005), False),
@@ -250,6 +252,6 @@ def test_run_sse_sends_the_final_event_alone_unless_streaming() -> None:
 
 def test_a_streamed_tool_call_alone_still_waits_the_first_delay() -> None:
     reply = reply_for({"tool_calls": [{"name": "f"}], "stream": {"first_delay_ms": 40}})
-    [(at, event)] = adk.sse_events(reply, IDS, streaming=True)
-    assert at == pytest.approx(0.04)
-    assert "functionCall" in event["content"]["parts"][0]
+    [frame] = adk.sse_events(reply, IDS, streaming=True)
+    assert frame.at == pytest.approx(0.04)
+    assert "functionCall" in frame.data["content"]["parts"][0]

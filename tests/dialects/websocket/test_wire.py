@@ -74,7 +74,7 @@ def test_events_come_in_order_on_the_reply_script() -> None:
         }
     )
     events = ws.stream_events(reply, session="s", request_id="r")
-    assert [(e.at, e.event["type"]) for e in events] == [
+    assert [(e.at, e.data["type"]) for e in events] == [
         (pytest.approx(0.010), "thinking"),
         (pytest.approx(0.015), "delta"),
         (pytest.approx(0.020), "delta"),
@@ -82,20 +82,20 @@ def test_events_come_in_order_on_the_reply_script() -> None:
         (pytest.approx(0.020), "result"),
         (pytest.approx(0.020), "done"),
     ]
-    assert [e.event.get("text") for e in events[:3]] == ["hmm", "a ", "b"]
-    assert events[3].event == {
+    assert [e.data.get("text") for e in events[:3]] == ["hmm", "a ", "b"]
+    assert events[3].data == {
         "type": "tool_call",
         "id": "c1",
         "name": "lookup",
         "arguments": {"q": 1},
         "request_id": "r",
     }
-    assert all(e.event["request_id"] == "r" for e in events)
+    assert all(e.data["request_id"] == "r" for e in events)
 
 
 def test_the_result_carries_galaxys_agent_response() -> None:
     reply = reply_for({"content": "answer", "confidence": "high", "usage": {"output_tokens": 9}})
-    result = ws.stream_events(reply, session="s")[-2].event
+    result = ws.stream_events(reply, session="s")[-2].data
     assert result == {
         "type": "result",
         "response": {
@@ -116,14 +116,14 @@ def test_an_empty_reply_still_ends_with_result_and_done() -> None:
     events = ws.stream_events(
         reply_for({"content": "", "stream": {"first_delay_ms": 30}}), session="s"
     )
-    assert [(e.at, e.event["type"]) for e in events] == [(0.03, "result"), (0.03, "done")]
+    assert [(e.at, e.data["type"]) for e in events] == [(0.03, "result"), (0.03, "done")]
 
 
 def test_a_scripted_error_is_one_error_event() -> None:
     reply = reply_for({"error": {"status": 503, "type": "overloaded", "message": "later"}})
     [event] = ws.stream_events(reply, session="s")
     assert event.at == 0
-    assert event.event == {
+    assert event.data == {
         "type": "error",
         "error": {"status": 503, "type": "overloaded", "message": "later"},
     }

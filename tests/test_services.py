@@ -1,0 +1,329 @@
+"""Writes to the ruleset: every service is one transaction bumping the version exactly once.
+
+Workers rebuild their snapshot when the version changes, so a write that does
+not bump it goes unseen, and one that bumps it per row makes every worker
+rebuild over and over (and, through signal receivers, made replacing rules
+slow). Statements are counted with Django's ``CaptureQueriesContext``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.db import connection
+from django.db.models import signals
+from django.db.models.deletion import Collector
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from staticagents.document.files import load_fixture
+from staticagents.document.schema import RuleSpec, validate_part
+from staticagents.models import (
+    Defaults,
+    Fallback,
+    Rule,
+    RuleResponse,
+    RulesetState,
+    SessionCounter,
+)
+from staticagents.selectors import active_ruleset, ruleset_stamp
+from staticagents.services import (
+    create_rule,
+    delete_rule,
+    delete_rules,
+    import_fixture,
+    move_rule,
+    reorder_rules,
+    save_rule,
+    set_defaults,
+    set_fallback,
+    set_rules_enabled,
+    update_rule,
+)
+from tests.conftest import CONTROL_TOKEN
+
+pytestmark = pytest.mark.django_db
+
+VERSION_TABLE = RulesetState._meta.db_table
+RULES = {
+    "defaults": {"confidence": "high"},
+    "rules": [
+        {"name": "greet", "match": {"query": "(?i)hello"}, "response": {"content": "Hi"}},
+        {
+            "name": "script",
+            "match": {"contains": "weather"},
+            "responses": [{"content": "Looking"}, {"content": "Sunny"}],
+        },
+        {"name": "catch-all", "response": {"content": "Anything"}},
+    ],
+    "fallback": {"content": "No rule matched"},
+}
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """admin_client's user gets a password; the default hasher takes most of a second."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def rules(load_rules: Callable[[Any], dict[str, Any]]) -> None:
+    load_rules(RULES)
+
+
+def version() -> int:
+    return RulesetState.objects.get(pk=1).version
+
+
+def sql_of(work: Callable[[], object]) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        work()
+    return [query["sql"] for query in queries.captured_queries]
+
+
+def version_updates(sql: list[str]) -> int:
+    return sum(1 for s in sql if s.startswith("UPDATE") and VERSION_TABLE in s)
+
+
+def rule_set(count: int, prefix: str) -> dict[str, Any]:
+    """``count`` rules of two responses each, named ``prefix-0``, ``prefix-1``, ..."""
+    return load_fixture(
+        yaml.safe_dump(
+            {
+                "rules": [
+                    {
+                        "name": f"{prefix}-{i}",
+                        "match": {"contains": f"{prefix} {i}"},
+                        "responses": [{"content": "first"}, {"content": "then"}],
+                    }
+                    for i in range(count)
+                ],
+                "fallback": {"content": prefix},
+            }
+        )
+    )
+
+
+# -- each service bumps the version exactly once ----------------------------------
+
+
+def edit_script_in_place() -> None:
+    """What the admin's change form does: change one response, remove the other."""
+    rule = Rule.objects.get(name="script")
+    first, second = rule.responses.all()
+    first.content = "Checking the forecast"
+    rule.match_contains = "forecast"
+    save_rule(rule=rule, responses=[first], removed_responses=[second])
+
+
+def add_rule_as_the_admin_does() -> None:
+    save_rule(
+        rule=Rule(name="added", match_query="new"),
+        responses=[RuleResponse(content="one"), RuleResponse(content="two", position=1)],
+    )
+
+
+WRITES: dict[str, Callable[[], object]] = {
+    "import (replace)": lambda: import_fixture(document=rule_set(3, "other")),
+    "import (merge)": lambda: import_fixture(document=rule_set(3, "other"), merge=True),
+    "create a rule": lambda: create_rule(
+        document=validate_part(RuleSpec, {"name": "new", "response": {"content": "New"}})
+    ),
+    "update a rule": lambda: update_rule(
+        name="script",
+        document=validate_part(RuleSpec, {"responses": [{"content": "a"}, {"content": "b"}]}),
+    ),
+    "save a new rule with responses": add_rule_as_the_admin_does,
+    "save an edited rule with responses": edit_script_in_place,
+    "delete a rule": lambda: delete_rule(name="greet"),
+    "delete rules": lambda: delete_rules(names=["greet", "script"]),
+    "disable rules": lambda: set_rules_enabled(names=["greet", "script"], enabled=False),
+    "reorder rules": lambda: reorder_rules(names=["catch-all", "script"]),
+    "move a rule": lambda: move_rule(name="catch-all", direction="top"),
+    "set the defaults": lambda: set_defaults(document={"confidence": "low"}),
+    "remove the defaults": lambda: set_defaults(document=None),
+    "set the fallback": lambda: set_fallback(document={"content": "Nothing"}),
+    "remove the fallback": lambda: set_fallback(document=None),
+}
+
+
+@pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
+def test_each_service_bumps_the_version_exactly_once(
+    rules: None, write: Callable[[], object]
+) -> None:
+    before, stamp = version(), ruleset_stamp()
+    assert version_updates(sql_of(write)) == 1
+    assert version() == before + 1
+    assert ruleset_stamp() != stamp
+
+
+def test_the_snapshot_follows_a_service_write(rules: None) -> None:
+    snapshot = active_ruleset()
+    set_rules_enabled(names=["greet"], enabled=False)
+    rebuilt = active_ruleset()
+    assert rebuilt is not snapshot
+    assert [rule.name for rule in rebuilt.rules] == ["script", "catch-all"]
+
+
+def test_a_dry_run_and_a_move_to_the_same_place_keep_the_version(rules: None) -> None:
+    before = version()
+    import_fixture(document=rule_set(3, "other"), dry_run=True)
+    assert version() == before
+    sql = sql_of(lambda: move_rule(name="greet", direction="up"))
+    assert not [s for s in sql if s.startswith(("UPDATE", "INSERT", "DELETE"))]
+    assert version() == before
+    assert [r.name for r in Rule.objects.all()] == ["greet", "script", "catch-all"]
+
+
+def test_the_first_write_creates_the_version(db: None) -> None:
+    assert not RulesetState.objects.exists()
+    set_defaults(document={"confidence": "low"})
+    assert version() == 1
+
+
+# -- replacing: constant cost in version bumps and deletes --------------------------
+
+
+@pytest.mark.parametrize("count", [3, 300])
+def test_replacing_rules_bumps_once_and_deletes_in_a_constant_number_of_statements(
+    db: None, count: int
+) -> None:
+    import_fixture(document=rule_set(count, "old"))
+    sql = sql_of(lambda: import_fixture(document=rule_set(count, "new")))
+    assert version_updates(sql) == 1
+    deletes = [s for s in sql if s.startswith("DELETE")]
+    assert len(deletes) == 3  # the responses, the rules, the fallback: never one per row
+    # Fast delete: the old rules and responses are deleted without being read first.
+    tables = [f'"{model._meta.db_table}"' for model in (Rule, RuleResponse)]
+    assert not [s for s in sql if s.startswith("SELECT") and any(t in s for t in tables)]
+    assert Rule.objects.count() == count
+    assert RuleResponse.objects.count() == 2 * count
+    assert set(Rule.objects.values_list("name", flat=True)) == {f"new-{i}" for i in range(count)}
+
+
+def test_no_receiver_defeats_djangos_fast_delete() -> None:
+    for model in (Rule, RuleResponse, Defaults, Fallback):
+        for signal in (
+            signals.pre_save,
+            signals.post_save,
+            signals.pre_delete,
+            signals.post_delete,
+        ):
+            assert not signal.has_listeners(model), (signal, model)
+    assert Collector(using="default").can_fast_delete(RuleResponse.objects.all())
+
+
+# -- what the services keep true ----------------------------------------------------
+
+
+def test_deleting_rules_closes_the_gap_and_forgets_their_counters(rules: None) -> None:
+    SessionCounter.objects.create(session="s1", rule="greet", key="seq", count=1)
+    SessionCounter.objects.create(session="s1", rule="catch-all", key="seq", count=1)
+    assert delete_rules(names=["greet", "nowhere"]) == 1
+    assert list(Rule.objects.values_list("name", "position")) == [("script", 0), ("catch-all", 1)]
+    assert list(SessionCounter.objects.values_list("rule", flat=True)) == ["catch-all"]
+    assert not RuleResponse.objects.filter(rule__name="greet").exists()
+
+
+def test_a_rule_saved_with_its_responses_goes_last_with_them_numbered(rules: None) -> None:
+    add_rule_as_the_admin_does()
+    added = Rule.objects.get(name="added")
+    assert added.position == 3
+    assert [(r.position, r.content) for r in added.responses.all()] == [(0, "one"), (1, "two")]
+    edit_script_in_place()
+    script = Rule.objects.get(name="script")
+    assert script.match_contains == "forecast"
+    assert [(r.position, r.content) for r in script.responses.all()] == [
+        (0, "Checking the forecast")
+    ]
+
+
+def test_defaults_and_fallback_are_set_and_removed(rules: None) -> None:
+    set_defaults(document={"stream": {"word_delay_ms": 5}})
+    set_fallback(document={"content": "Nothing", "metadata": {"a": 1}})
+    assert Defaults.objects.get(pk=1).document() == {"stream": {"word_delay_ms": 5}}
+    assert Fallback.objects.get(pk=1).document() == {"content": "Nothing", "metadata": {"a": 1}}
+    set_defaults(document=None)
+    set_fallback(document=None)
+    assert not Defaults.objects.exists() and not Fallback.objects.exists()
+
+
+def test_moving_an_unknown_rule_or_in_an_unknown_direction_is_refused(rules: None) -> None:
+    with pytest.raises(Rule.DoesNotExist):
+        move_rule(name="nowhere", direction="up")
+    with pytest.raises(ValueError, match="sideways"):
+        move_rule(name="greet", direction="sideways")
+
+
+# -- every edge's write reaches the workers ---------------------------------------------
+
+
+def test_an_admin_edit_changes_the_version_once(admin_client: Client, rules: None) -> None:
+    from tests.test_admin import change_form_data
+
+    url = f"/admin/staticagents/rule/{Rule.objects.get(name='script').pk}/change/"
+    data = change_form_data(admin_client, url)
+    data["match_contains"] = '"forecast"'
+    data["responses-0-content"] = "Checking"
+    data["responses-1-DELETE"] = "on"
+    snapshot, before = active_ruleset(), version()
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.post(url, data).status_code == 302
+    assert version_updates([q["sql"] for q in queries.captured_queries]) == 1
+    assert version() == before + 1
+    rebuilt = active_ruleset()
+    assert rebuilt is not snapshot
+    assert [r.content for r in Rule.objects.get(name="script").responses.all()] == ["Checking"]
+
+
+CONTROL_WRITES = {
+    "PUT /fixture": ("put", "/control/fixture", "rules: [{name: only, response: {content: x}}]"),
+    "POST /fixture": ("post", "/control/fixture", "rules: [{name: more, response: {}}]"),
+    "POST /rules": ("post", "/control/rules", '{"name": "new", "response": {"content": "x"}}'),
+    "PUT /rules/greet": ("put", "/control/rules/greet", '{"response": {"content": "Hey"}}'),
+    "PATCH /rules/greet": ("patch", "/control/rules/greet", '{"enabled": false}'),
+    "DELETE /rules/greet": ("delete", "/control/rules/greet", ""),
+    "POST /rules/reorder": ("post", "/control/rules/reorder", '["catch-all"]'),
+}
+
+
+@pytest.mark.parametrize("method, path, body", CONTROL_WRITES.values(), ids=CONTROL_WRITES.keys())
+def test_a_control_api_write_changes_the_version_once(
+    client: Client, rules: None, settings: Any, method: str, path: str, body: str
+) -> None:
+    settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
+    snapshot, before = active_ruleset(), version()
+    send = getattr(client, method)
+    with CaptureQueriesContext(connection) as queries:
+        response = send(
+            path,
+            body,
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {CONTROL_TOKEN}"},
+        )
+    assert response.status_code < 300, response.content
+    assert version_updates([q["sql"] for q in queries.captured_queries]) == 1
+    assert version() == before + 1
+    assert active_ruleset() is not snapshot
+
+
+def test_a_command_import_changes_the_version_once_and_a_dry_run_not_at_all(
+    rules: None, tmp_path: Path
+) -> None:
+    path = tmp_path / "rules.yml"
+    path.write_text("rules:\n  - name: only\n    response: {content: x}\n")
+    snapshot, before = active_ruleset(), version()
+    call_command("import_fixture", str(path), "--dry-run", stdout=io.StringIO())
+    assert version() == before
+    with CaptureQueriesContext(connection) as queries:
+        call_command("import_fixture", str(path), stdout=io.StringIO())
+    assert version_updates([q["sql"] for q in queries.captured_queries]) == 1
+    assert version() == before + 1
+    assert [rule.name for rule in active_ruleset().rules] == ["only"]
+    assert active_ruleset() is not snapshot
