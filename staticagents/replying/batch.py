@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from channels.db import database_sync_to_async
 
-from staticagents.conf import hot
+from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import CompiledRule, Ruleset, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
@@ -68,7 +68,7 @@ async def aanswer_inquiries(
     if settle is not None:
         replies = tuple(settle(index, reply) for index, reply in enumerate(replies))
     answer = BatchAnswer(replies, None)
-    if not hot.STATIC_AGENTS_JOURNAL:
+    if not settings.STATIC_AGENTS_JOURNAL:
         return answer
     entry = batch_entry(inquiries, answer, ruleset, route=route, body=body, started=started)
     return BatchAnswer(replies, await reply_store.record(entry, loop))
