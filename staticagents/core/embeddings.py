@@ -14,12 +14,13 @@ of the text, so every process on every machine computes the same one.
    is lexical similarity, not meaning: "refund" is close to "refunds", not to
    "money back".
 3. **Fingerprint.** A dense pseudo-random vector seeded by the SHAKE-256 hash of
-   the exact text is added with weight ``FINGERPRINT_WEIGHT``, so that texts
-   with the same features ("Hello" and "hello ") still get different vectors
-   (cosine about 0.998), and no component is exactly zero.
+   the exact text, of length about ``FINGERPRINT_WEIGHT``, is added, so that
+   texts with the same features ("Hello" and "hello ") still get different
+   vectors (cosine about 0.998), and no component is exactly zero.
 
-The sum is scaled to unit length and rounded to float32, the precision the
-providers send, so the float and base64 encodings carry the same numbers.
+The projection is scaled so that the sum has unit length; its components are
+float32 numbers, the precision the providers send, so the float and base64
+encodings carry the same numbers.
 
 A rule can pin a text's vector instead (``embedding``: zero-padded to the
 requested dimensions, scaled to unit length) or give it the vector of another
@@ -64,24 +65,25 @@ def text_features(text: str) -> Counter[str]:
 
 def embed_text(text: str, dimensions: int) -> list[float]:
     """The unit vector of ``text`` with ``dimensions`` components (float32 values)."""
+    return list(struct.unpack(f"<{dimensions}f", embedding_bytes(text, dimensions)))
+
+
+def embedding_bytes(text: str, dimensions: int) -> bytes:
+    """The vector of ``text`` as little-endian float32 numbers (what ``embed_text`` reads)."""
+    vector = _fingerprint(text, dimensions)
+    fingerprint = struct.unpack(f"<{dimensions}f", vector)
     projected = _projection(text, dimensions)
-    fingerprint = _fingerprint(text, dimensions)
-    p_length, f_length = math.hypot(*projected.values()), math.hypot(*fingerprint)
-    if p_length:
-        p_scale, f_scale = 1.0 / p_length, FINGERPRINT_WEIGHT / f_length
-    else:  # no features (an empty or blank text): the fingerprint alone
-        p_scale, f_scale = 0.0, 1.0 / f_length
-    # The length of the sum, from the few components where both are non-zero:
-    # |a*f + b*p|^2 = (a|f|)^2 + (b|p|)^2 + 2ab(f.p). Then one pass builds the unit vector.
+    if not projected:  # no features (an empty or blank text): the fingerprint alone
+        return float32_bytes(unit(fingerprint))
+    # Scale the projection p so that |f + scale*p| = 1, a quadratic in scale (f is short,
+    # so its root is real and positive); only the few components p touches change.
+    f_squared = math.hypot(*fingerprint) ** 2
+    p_squared = math.fsum(value * value for value in projected.values())
     dot = math.fsum(value * fingerprint[index] for index, value in projected.items())
-    length = math.sqrt(
-        (f_scale * f_length) ** 2 + (p_scale * p_length) ** 2 + 2 * f_scale * p_scale * dot
-    )
-    f_scale, p_scale = f_scale / length, p_scale / length
-    vector = list(map(f_scale.__mul__, fingerprint))
+    scale = (math.sqrt(dot * dot - p_squared * (f_squared - 1.0)) - dot) / p_squared
     for index, value in projected.items():
-        vector[index] += p_scale * value
-    return as_float32(vector)
+        struct.pack_into("<f", vector, 4 * index, fingerprint[index] + scale * value)
+    return bytes(vector)
 
 
 def _projection(text: str, dimensions: int) -> dict[int, float]:
@@ -91,7 +93,7 @@ def _projection(text: str, dimensions: int) -> dict[int, float]:
         digest = _feature_hash(feature)
         index = digest % dimensions
         projected[index] = projected.get(index, 0.0) + (count if digest >> 63 else -count)
-    return projected
+    return {index: value for index, value in projected.items() if value}
 
 
 @functools.lru_cache(maxsize=1 << 16)  # common words and trigrams recur in every text
@@ -99,21 +101,35 @@ def _feature_hash(feature: str) -> int:
     return int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
 
 
-# A little-endian double's top byte holds its sign and the high bits of its exponent; the next
-# one the low bits of the exponent and the top of the mantissa. These tables set the exponent
-# to 1023 (so the value lies in [1, 2)) and keep a random sign and mantissa.
-_SIGN_AND_EXPONENT = bytes(0x3F if byte < 0x80 else 0xBF for byte in range(256))
-_EXPONENT_AND_MANTISSA = bytes(0xF0 | (byte & 0x0F) for byte in range(256))
+def _fingerprint(text: str, dimensions: int) -> bytearray:
+    """Pseudo-random float32 components seeded by the exact text, of length about the weight.
 
-
-def _fingerprint(text: str, dimensions: int) -> tuple[float, ...]:
-    """Pseudo-random components in (-2, -1] and [1, 2), seeded by the exact text."""
+    The random bytes are made float32 numbers in place (no Python work per
+    component): a random sign and mantissa, and one exponent for all, so each
+    lies in ±[2^k, 2^(k+1)).
+    """
     seed = _FINGERPRINT_SEED + text.encode("utf-8", "surrogatepass")
-    raw = bytearray(hashlib.shake_256(seed).digest(8 * dimensions))
-    raw[7::8] = raw[7::8].translate(_SIGN_AND_EXPONENT)
-    raw[6::8] = raw[6::8].translate(_EXPONENT_AND_MANTISSA)
-    components: tuple[float, ...] = struct.unpack(f"<{dimensions}d", raw)
-    return components
+    raw = bytearray(hashlib.shake_256(seed).digest(4 * dimensions))
+    top, next_ = _exponent_tables(dimensions)
+    raw[3::4] = raw[3::4].translate(top)
+    raw[2::4] = raw[2::4].translate(next_)
+    return raw
+
+
+@functools.lru_cache(maxsize=64)
+def _exponent_tables(dimensions: int) -> tuple[bytes, bytes]:
+    """Byte maps that set a little-endian float32's exponent and keep its sign and mantissa.
+
+    Its top byte holds the sign and the exponent's high seven bits; the next
+    one the exponent's low bit and the mantissa's top seven. Numbers in ±[1, 2)
+    have a mean square of 7/3: the power of two that scales them brings the
+    length of ``dimensions`` of them nearest to ``FINGERPRINT_WEIGHT``.
+    """
+    power = round(math.log2(FINGERPRINT_WEIGHT / math.sqrt(7 * dimensions / 3)))
+    exponent = 127 + power
+    top = bytes((byte & 0x80) | (exponent >> 1) for byte in range(256))
+    next_ = bytes(((exponent & 1) << 7) | (byte & 0x7F) for byte in range(256))
+    return top, next_
 
 
 def pinned_vector(values: Sequence[float], dimensions: int) -> list[float]:
