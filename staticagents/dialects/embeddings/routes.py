@@ -50,8 +50,8 @@ class EmbeddingsRoute(ModelReplyRoute):
             headers = retry_headers(failure.retry_after)
             await self.send_json(failure.error.status, self.failure_body(failure), headers)
             return
-        vectors = await off_the_loop_if_large(request, lambda: self.rendered(request, answer))
-        await self.send_json(200, vectors, self.id_headers(answer))
+        payload = await off_the_loop_if_large(request, lambda: self.rendered(request, answer))
+        await self.send_json(200, payload, self.id_headers(answer))
 
     def rendered(self, request: wire.EmbeddingRequest, answer: BatchAnswer) -> orjson.Fragment:
         """The answer's body, rendered: each text's vector, and the usage."""

@@ -55,6 +55,12 @@ MODEL_DIMENSIONS = (
     ("embedding-001", 768),
 )
 PROVIDER_DIMENSIONS = {OPENAI: 1536, GEMINI: 768}
+# Gemini's fields read in either spelling, as Google's JSON parser reads them.
+CAMEL_CASE = {
+    "output_dimensionality": "outputDimensionality",
+    "task_type": "taskType",
+    "title": "title",
+}
 # Google's canonical status for an HTTP status (google.rpc.Code).
 GOOGLE_STATUSES = {
     400: "INVALID_ARGUMENT",
@@ -238,26 +244,20 @@ def parse_gemini_batch(payload: Mapping[str, Any], model: str) -> EmbeddingReque
 def _gemini_item(payload: Mapping[str, Any], model: str, path: str) -> EmbeddingItem:
     optional(payload, "model", str, path)  # each batch request names its model; the URL's counts
     content = required(payload, "content", dict, path)
-    dimensions = _either(payload, "outputDimensionality", "output_dimensionality", path)
+    size = _dimensions(payload, _key(payload, "output_dimensionality"), path)
     context: dict[str, Any] = {"model": model}
-    for camel, snake in (("taskType", "task_type"), ("title", "title")):
-        value = _first(payload, camel, snake, str, path)
+    for field in ("task_type", "title"):
+        value = optional(payload, _key(payload, field), str, path)
         if value is not None:
-            context[snake] = value
-    dimensions = dimensions or default_dimensions(model, GEMINI)
-    context["dimensions"] = dimensions
+            context[field] = value
+    context["dimensions"] = dimensions = size or default_dimensions(model, GEMINI)
     return EmbeddingItem(_content_text(content, f"{path}content"), dimensions, context)
 
 
-def _first(payload: Mapping[str, Any], camel: str, snake: str, kind: type, path: str) -> Any:
-    """A field given in camelCase or snake_case, as Google's JSON parser takes both."""
-    key = camel if payload.get(camel) is not None else snake
-    return optional(payload, key, kind, path)
-
-
-def _either(payload: Mapping[str, Any], camel: str, snake: str, path: str) -> int | None:
-    key = camel if payload.get(camel) is not None else snake
-    return _dimensions(payload, key, path)
+def _key(payload: Mapping[str, Any], field: str) -> str:
+    """The key ``field`` is sent under: camelCase (google-genai's), else snake_case."""
+    camel = CAMEL_CASE[field]
+    return camel if payload.get(camel) is not None else field
 
 
 def _content_text(content: Mapping[str, Any], path: str) -> str:
