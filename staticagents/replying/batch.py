@@ -26,6 +26,10 @@ from staticagents.replying.answer import journal_entry, next_step
 from staticagents.replying.journal import reply_store
 from staticagents.selectors import current_ruleset
 
+# Characters of text above which matching runs in a thread: every rule's regexes may read
+# each text (up to the match window), so a large batch would hold the event loop.
+THREAD_TEXT = 100_000
+
 
 @value_class
 class BatchAnswer:
@@ -56,7 +60,7 @@ async def aanswer_inquiries(
     started = time.perf_counter()
     if ruleset is None:
         ruleset = await current_ruleset(loop)
-    rules = [match_inquiry(ruleset, inquiry) for inquiry in inquiries]
+    rules = await _matched(ruleset, inquiries)
     if any(rule is not None and rule.stateful for rule in rules):
         steps = await database_sync_to_async(next_steps)(rules, inquiries)
     else:
@@ -72,6 +76,17 @@ async def aanswer_inquiries(
         return answer
     entry = batch_entry(inquiries, answer, ruleset, route=route, body=body, started=started)
     return BatchAnswer(replies, await reply_store.record(entry, loop))
+
+
+async def _matched(ruleset: Ruleset, inquiries: Sequence[Inquiry]) -> list[CompiledRule | None]:
+    """Each inquiry's rule; in a thread when the texts are long (``THREAD_TEXT``)."""
+
+    def match() -> list[CompiledRule | None]:
+        return [match_inquiry(ruleset, inquiry) for inquiry in inquiries]
+
+    if sum(len(inquiry.query) for inquiry in inquiries) <= THREAD_TEXT:
+        return match()
+    return await asyncio.to_thread(match)
 
 
 def next_steps(rules: Sequence[CompiledRule | None], inquiries: Sequence[Inquiry]) -> list[Step]:
