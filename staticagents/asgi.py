@@ -23,6 +23,7 @@ from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
 from staticagents.dialects.embeddings import routes as embeddings  # noqa: E402
 from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
+from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
@@ -30,9 +31,12 @@ from staticagents.serving.router import ReplyRouter  # noqa: E402
 
 # The router tries the reply routes in order: the busiest first.
 reply_routes = [
-    *embeddings.http_routes,  # before any other Gemini model route
+    # GET /v1/models: OpenAI's and Anthropic's listing, and Gemini's for Google's clients.
+    gemini.shared_models_listing(openai.ModelsRoute),
     *openai.http_routes,
     *anthropic.http_routes,
+    *embeddings.http_routes,  # before the other Gemini model routes
+    *gemini.http_routes,
     *adk.http_routes,
     *galaxy_stream.http_routes,
 ]

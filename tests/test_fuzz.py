@@ -38,6 +38,7 @@ from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.anthropic import wire as anthropic
 from staticagents.dialects.embeddings import wire as embeddings
 from staticagents.dialects.galaxy import wire as galaxy
+from staticagents.dialects.gemini import wire as gemini
 from staticagents.dialects.llm.wire import InvalidRequest
 from staticagents.dialects.openai import wire as openai
 from staticagents.dialects.websocket import wire as websocket
@@ -84,8 +85,10 @@ KEYS = [
     "appName", "userId", "sessionId", "newMessage", "parts", "functionCall",
     "functionResponse", "response", "args", "streaming", "stateDelta", "state_delta",
     "customMetadata", "invocationId", "thought", "events", "author", "save_exchange",
-    "job_id", "error_details", "entity_context", "regenerate", "dimensions",
-    "encoding_format", "requests", "outputDimensionality", "taskType", "title",
+    "job_id", "error_details", "entity_context", "regenerate", "contents",
+    "systemInstruction", "functionDeclarations", "generationConfig", "thinkingConfig",
+    "includeThoughts", "generateContentRequest", "dimensions", "encoding_format",
+    "requests", "outputDimensionality", "taskType", "title",
 ]  # fmt: skip
 SCALARS = (
     st.none()
@@ -187,6 +190,27 @@ ADK_EVENTS = near(
         max_size=3,
     )
 )
+GEMINI_CONTENT = shaped(
+    {"parts": near(st.lists(ADK_PART, min_size=1, max_size=3))},
+    {"role": near(st.sampled_from(gemini.ROLES))},
+)
+GEMINI_REQUEST = shaped(
+    {"contents": near(st.lists(GEMINI_CONTENT, min_size=1, max_size=4))},
+    {
+        "systemInstruction": near(shaped({"parts": near(st.lists(ADK_PART, max_size=2))}, {})),
+        "tools": near(
+            st.lists(
+                shaped({}, {"functionDeclarations": near(st.lists(shaped({"name": TEXT}, {})))}),
+                max_size=2,
+            )
+        ),
+        "generationConfig": shaped(
+            {}, {"thinkingConfig": shaped({}, {"includeThoughts": near(st.booleans())})}
+        ),
+        "safetySettings": ANY_JSON,
+        "toolConfig": ANY_JSON,
+    },
+)
 WEBSOCKET_MESSAGE = shaped(
     {"query": TEXT},
     {"agent_type": TEXT, "context": ANY_JSON, "session": TEXT, "request_id": ANY_JSON},
@@ -266,6 +290,19 @@ def test_the_anthropic_parser_returns_a_conversation_or_its_invalid_request(
 
     parser_test(
         "anthropic", json_bytes(ANTHROPIC_REQUEST), parse, (InvalidRequest, RequestRejected), tally
+    )
+
+
+def test_the_gemini_parsers_return_a_request_or_their_invalid_request(
+    tally: Counter[str],
+) -> None:
+    def parse(body: bytes) -> Any:
+        payload = parse_json_object(body)
+        gemini.prompt_tokens(payload)
+        return gemini.parse_generate_request(payload, "m")
+
+    parser_test(
+        "gemini", json_bytes(GEMINI_REQUEST), parse, (InvalidRequest, RequestRejected), tally
     )
 
 
@@ -364,16 +401,21 @@ ROUTES: list[tuple[str, st.SearchStrategy[Any], Callable[[Any], bool]]] = [
     ("/v1/chat/completions", OPENAI_REQUEST, lambda body: "message" in body["error"]),
     ("/v1/messages", ANTHROPIC_REQUEST, lambda body: body["type"] == "error"),
     ("/run", ADK_RUN, lambda body: "detail" in body),
+    (
+        "/v1beta/models/m:streamGenerateContent",
+        GEMINI_REQUEST,
+        lambda body: body["error"]["status"].isupper(),
+    ),
     ("/v1/embeddings", OPENAI_EMBEDDINGS, lambda body: "message" in body["error"]),
     (
         "/v1beta/models/m:batchEmbedContents",
         GEMINI_BATCH,
-        lambda body: isinstance(body["error"]["status"], str),
+        lambda body: body["error"]["status"].isupper(),
     ),
     (
         "/v1/models/m:embedContent",
         GEMINI_EMBED,
-        lambda body: isinstance(body["error"]["status"], str),
+        lambda body: body["error"]["status"].isupper(),
     ),
     ("/api/chat/stream", GALAXY_CHAT, lambda body: isinstance(body["err_code"], int)),
     ("/api/chat", GALAXY_CHAT, lambda body: isinstance(body["err_code"], int)),

@@ -49,11 +49,11 @@ def adk_error(body: Any) -> str:
     return str(detail)
 
 
-def google_error(body: Any) -> str:
-    """Google's ``{"error": {"code", "message", "status"}}`` (the Gemini routes)."""
+def gemini_error(body: Any) -> str:
+    """Google's ``{"error": {"code", "message", "status"}}``."""
     assert set(body) == {"error"}, body
     error = body["error"]
-    assert isinstance(error["code"], int) and isinstance(error["status"], str), body
+    assert isinstance(error["code"], int) and error["status"].isupper(), body
     return str(error["message"])
 
 
@@ -72,11 +72,12 @@ SHAPES: dict[str, Callable[[Any], str]] = {
     "openai": openai_error,
     "anthropic": anthropic_error,
     "adk": adk_error,
-    "gemini": google_error,
+    "gemini": gemini_error,
     "galaxy": galaxy_error,
     "control": control_error,
 }
 
+GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
 GEMINI_CONTENT = {"parts": [{"text": "hi"}]}
 ADK_RUN = {
     "appName": "router",
@@ -140,6 +141,20 @@ ROUTES = [
     ),
     Route(
         "POST",
+        "/v1beta/models/gemini-2.5-flash:generateContent",
+        "gemini",
+        GEMINI,
+        [
+            ({}, 400, "contents: field required"),
+            ({"contents": "hi"}, 400, "contents: must be an array"),
+            ({"contents": [{"role": "boss", "parts": [{"text": "x"}]}]}, 400, "contents[0].role"),
+            ({"contents": [{"parts": [{"text": 5}]}]}, 400, "contents[0].parts[0].text"),
+            ({**GEMINI, "generationConfig": 5}, 400, "generationConfig: must be an object"),
+            ({**GEMINI, "tools": [{"functionDeclarations": [{}]}]}, 400, "tools[0]"),
+        ],
+    ),
+    Route(
+        "POST",
         "/v1/embeddings",
         "openai",
         {"model": "m", "input": "hi"},
@@ -152,6 +167,20 @@ ROUTES = [
             ({"model": "m", "input": "hi", "dimensions": 0}, 400, "dimensions: must be from 1"),
             ({"model": "m", "input": "hi", "encoding_format": "hex"}, 400, "encoding_format"),
         ],
+    ),
+    Route(
+        "POST",
+        "/v1/models/gemini-2.5-flash:streamGenerateContent",
+        "gemini",
+        GEMINI,
+        [({"contents": []}, 400, "contents: must contain at least one content")],
+    ),
+    Route(
+        "POST",
+        "/agents/router/v1beta/models/m:countTokens",
+        "gemini",
+        GEMINI,
+        [({"contents": [{"parts": "x"}]}, 400, "contents[0].parts: must be an array")],
     ),
     Route(
         "POST",
@@ -499,7 +528,11 @@ def test_djangos_own_body_limit_is_a_413_too(
 def test_a_huge_body_at_the_default_limit_is_refused_without_a_500(http: httpx.Client) -> None:
     """The configured default (10 MB), on one route of each kind."""
     body = b'{"query": "' + b"x" * (11 * 1024 * 1024) + b'"}'
-    for path, shape in [("/v1/messages", "anthropic"), ("/api/chat", "galaxy")]:
+    for path, shape in [
+        ("/v1/messages", "anthropic"),
+        ("/api/chat", "galaxy"),
+        ("/v1beta/models/m:generateContent", "gemini"),
+    ]:
         response = http.post(path, content=body, headers=JSON)
         assert response.status_code == 413
         refusal(response, shape)
@@ -560,6 +593,8 @@ BAD_REQUESTS = [
     ("GET", "/v1beta/models/m:embedContent", "gemini", 405),
     ("DELETE", "/v1/models/m:batchEmbedContents", "gemini", 405),
     ("GET", "/run", "adk", 405),
+    ("GET", "/v1beta/models/m:generateContent", "gemini", 405),
+    ("POST", "/v1beta/models", "gemini", 405),
     ("PUT", "/list-apps", "adk", 405),
     ("GET", "/api/chat/stream", "galaxy", 405),
     ("GET", "/api/ai/agents/query", "galaxy", 405),
@@ -574,6 +609,10 @@ BAD_REQUESTS = [
     ("GET", "/control/nothing-here", "control", 404),
     ("DELETE", "/control/rules/a/b/c", "control", 404),
     ("GET", "/run/extra", "adk", 404),
+    ("GET", "/v1beta/nothing-here", "gemini", 404),
+    ("POST", "/v1beta/models/m:summonDragons", "gemini", 404),
+    ("POST", "/agents/router/v1/models/m:summonDragons", "gemini", 404),
+    ("GET", "/v1beta/models/m/extra", "gemini", 404),
     ("GET", "/apps/router", "adk", 404),
     ("GET", "/nothing-here", "openai", 404),
     ("POST", "/", "openai", 404),
@@ -583,6 +622,7 @@ BAD_REQUESTS = [
     ("POST", "/api/chat?agent_type=a%00b", "galaxy", 400),
     ("DELETE", "/control/sessions/a%00b", "control", 400),
     ("GET", "/v1/models?anything=%00", "openai", 400),
+    ("GET", "/v1beta/models?key=%00", "gemini", 400),
 ]
 
 

@@ -25,7 +25,7 @@ from pydantic import (
 from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDOW
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
-Dialect = Literal["galaxy", "openai", "anthropic", "adk", "websocket", "embeddings"]
+Dialect = Literal["galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "embeddings"]
 DIALECTS: tuple[str, ...] = get_args(Dialect)
 CONFIDENCES = ("low", "medium", "high")
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
@@ -210,9 +210,7 @@ class MatchSpec(Strict):
     context: dict[str, Regex] | None = None
     model: Regex | None = None
     system: Regex | None = None
-    dialect: Literal["galaxy", "openai", "anthropic", "adk", "websocket", "embeddings"] | None = (
-        None
-    )
+    dialect: Dialect | None = None
     turn: int | None = Field(default=None, ge=1)
     tool_result: Any = None
 

@@ -5,7 +5,9 @@ a view are HTML pages; a client of ``/v1/`` or ``/api/`` expects JSON it can
 read. ``error_body`` picks the shape from the path (and, for ``/v1/models``,
 the Anthropic SDK's ``anthropic-version`` header): Galaxy's ``{err_msg,
 err_code}`` under ``/api/``, the control API's ``{"errors": [...]}`` under
-``/control/``, the OpenAI or Anthropic error under ``/v1/`` (and
+``/control/``, Google's ``{"error": {code, message, status}}`` under ``/v1beta/``
+and for a method on a model (``/v1/models/{model}:embedContent``) or a Google
+client under ``/v1/``, the OpenAI or Anthropic error under ``/v1/`` (and
 ``/agents/{type}/v1/``), FastAPI's ``{"detail": ...}`` on the ADK routes.
 """
 
@@ -22,10 +24,12 @@ from django.views.decorators.csrf import csrf_exempt
 
 from staticagents.dialects.anthropic import wire as anthropic
 from staticagents.dialects.galaxy import wire as galaxy
+from staticagents.dialects.gemini import wire as gemini
 from staticagents.dialects.openai import wire as openai
 
 _AGENT_PREFIX = re.compile(r"^/agents/[^/]+(?=/)")
 _ADK = re.compile(r"^/(?:run|run_sse|list-apps|apps)(?:/|$)")
+_GEMINI = re.compile(r"^/(?:v1beta(?:/|$)|v1/models/[^/]+:)")
 
 # Each provider's word for an HTTP status, where it has its own.
 _ANTHROPIC_KINDS = {
@@ -45,7 +49,7 @@ _CONTROL_CODES = {
 
 
 def api_of(path: str, headers: Mapping[str, str]) -> str:
-    """Which API a path belongs to: galaxy, control, openai, anthropic, adk or admin (else none)."""
+    """Which API a path belongs to: galaxy, control, gemini, openai, anthropic, adk or admin."""
     if path.startswith("/api/") or path == "/api":
         return "galaxy"
     if path.startswith("/control/") or path == "/control":
@@ -55,6 +59,10 @@ def api_of(path: str, headers: Mapping[str, str]) -> str:
     if _ADK.match(path):
         return "adk"
     model_path = _AGENT_PREFIX.sub("", path)
+    if _GEMINI.match(model_path) or (
+        model_path.startswith("/v1/") and gemini.is_google_client(headers)
+    ):
+        return "gemini"
     if model_path.startswith("/v1/messages") or (
         model_path.startswith("/v1/") and "anthropic-version" in headers
     ):
@@ -72,6 +80,8 @@ def error_body(path: str, headers: Mapping[str, str], status: int, message: str)
         return {"errors": [{"path": "", "message": message, "code": code}]}
     if api == "adk":
         return {"detail": message}
+    if api == "gemini":
+        return gemini.error_body(status, message)
     if api == "anthropic":
         kind = "api_error" if status >= 500 else "invalid_request_error"
         return anthropic.error_body(message, _ANTHROPIC_KINDS.get(status, kind))

@@ -8,8 +8,8 @@ journal usually means the agent did not send the session header, and a check
 of nothing must not pass.
 
 The body shapes understood are those of the dialects the service speaks:
-OpenAI Chat Completions, Anthropic Messages, the Google ADK ``/run`` body and
-the WebSocket message.
+OpenAI Chat Completions, Anthropic Messages, Gemini ``generateContent``, the
+Google ADK ``/run`` body and the WebSocket message.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def assert_tool_result_sent(
 
     ``contains``: the result's text must also contain this. Tool results are
     OpenAI ``tool`` messages (``tool_call_id``), Anthropic ``tool_result``
-    blocks (``tool_use_id``) and ADK ``functionResponse`` parts (``id``).
+    blocks (``tool_use_id``), and Gemini's and ADK's ``functionResponse`` parts
+    (``id``).
     """
     recorded = _recorded(requests, "assert_tool_result_sent")
     seen: list[str] = []
@@ -154,7 +155,11 @@ def tool_results(body: Any) -> list[ToolResult]:
     found = list(_openai_and_anthropic_results(body))
     message = body.get("newMessage", body.get("new_message"))
     if isinstance(message, Mapping):
-        found += _adk_results(message)
+        found += _function_responses(message, "newMessage")
+    contents = body.get("contents")
+    for index, content in enumerate(contents if isinstance(contents, list) else ()):
+        if isinstance(content, Mapping):
+            found += _function_responses(content, f"contents[{index}]")
     if isinstance(body.get("tool_result"), str):  # the WebSocket message: no call id
         found.append(ToolResult(None, body["tool_result"], "tool_result"))
     return found
@@ -178,15 +183,16 @@ def _openai_and_anthropic_results(body: Mapping[str, Any]) -> Iterator[ToolResul
                 )
 
 
-def _adk_results(message: Mapping[str, Any]) -> Iterator[ToolResult]:
+def _function_responses(message: Mapping[str, Any], where: str) -> Iterator[ToolResult]:
+    """The ``functionResponse`` parts of a Gemini or ADK content."""
     parts = message.get("parts")
     for index, part in enumerate(parts if isinstance(parts, list) else ()):
         if not isinstance(part, Mapping):
             continue
         response = part.get("functionResponse", part.get("function_response"))
         if isinstance(response, Mapping):
-            where = f"newMessage.parts[{index}].functionResponse"
-            yield ToolResult(response.get("id"), _text_of(response.get("response")), where)
+            place = f"{where}.parts[{index}].functionResponse"
+            yield ToolResult(response.get("id"), _text_of(response.get("response")), place)
 
 
 # -- system prompts ------------------------------------------------------------------------
@@ -202,8 +208,8 @@ def assert_system_prompt(
     """Fail unless a request (``every=True``: every request) used the given system prompt.
 
     The prompt must contain ``contains`` and/or be exactly ``equals``. It is
-    read from OpenAI ``system``/``developer`` messages and Anthropic's
-    ``system``. Returns the first request that used it.
+    read from OpenAI ``system``/``developer`` messages, Anthropic's ``system``
+    and Gemini's ``systemInstruction``. Returns the first request that used it.
     """
     if contains is None and equals is None:
         raise ValueError("assert_system_prompt needs contains= or equals=")
@@ -229,9 +235,12 @@ def assert_system_prompt(
 
 
 def system_prompt(body: Any) -> str | None:
-    """The system prompt of an OpenAI or Anthropic request body; None when it has none."""
+    """The system prompt of an OpenAI, Anthropic or Gemini request body; None when it has none."""
     if not isinstance(body, Mapping):
         return None
+    instruction = body.get("systemInstruction", body.get("system_instruction"))
+    if isinstance(instruction, Mapping):
+        return _text_of(instruction.get("parts"))
     if "system" in body and body["system"] is not None:
         return _text_of(body["system"])
     messages = body.get("messages")

@@ -492,6 +492,12 @@ class StaticAgentsClient:
         return self.base_url
 
     @property
+    def gemini_base_url(self) -> str:
+        """``base_url`` for google-genai's ``HttpOptions`` and ADK's ``Gemini`` model (the
+        SDK adds ``/v1beta`` or ``/v1`` itself)."""
+        return self.base_url
+
+    @property
     def installs(self) -> int:
         """How many times this client replaced the rules."""
         return self._installs

@@ -14,8 +14,9 @@ Fixtures:
   argument of ``@pytest.mark.static_agents_fixture("rules.yml")`` (a path
   relative to the test file, a mapping, or a list of replies), else None.
   Override it in a ``conftest.py`` to give a directory of tests a default.
-* ``openai_base_url``, ``anthropic_base_url``, ``static_agents_headers``: what
-  the SDKs need (``base_url``, ``default_headers`` carrying the session).
+* ``openai_base_url``, ``anthropic_base_url``, ``gemini_base_url``,
+  ``static_agents_headers``: what the SDKs need (``base_url``, and headers
+  carrying the session).
 * ``static_agents_server``: the running service (``.url``, ``.token``), once per run.
 
 When a test that used the service fails, its report shows the journal of its session.
@@ -134,6 +135,12 @@ def openai_base_url(static_agents: StaticAgentsClient) -> str:
 def anthropic_base_url(static_agents: StaticAgentsClient) -> str:
     """``base_url`` for the Anthropic SDK, pointing at the service."""
     return static_agents.anthropic_base_url
+
+
+@pytest.fixture
+def gemini_base_url(static_agents: StaticAgentsClient) -> str:
+    """``base_url`` for google-genai (``HttpOptions``) and ADK's ``Gemini`` model."""
+    return static_agents.gemini_base_url
 
 
 @pytest.fixture

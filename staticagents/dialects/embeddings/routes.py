@@ -1,7 +1,8 @@
 """The embeddings reply routes: OpenAI's ``POST /v1/embeddings`` and Gemini's
 ``models/{model}:embedContent`` and ``:batchEmbedContents`` (under ``/v1beta`` and ``/v1``).
 
-Each also answers under an ``/agents/{agent_type}/`` prefix. Every text of a
+Each also answers under an ``/agents/{agent_type}/`` prefix. The Gemini routes
+take Google's keys and answer Google's errors as the Gemini dialect's routes do. Every text of a
 request is an inquiry in the ``embeddings`` dialect, matched on its own; the
 request is journaled once (``replying.batch``). The first text whose rule
 scripts an error fails the whole request, in the API's own error shape.
@@ -21,6 +22,8 @@ from staticagents.core.embeddings import TEXT_WINDOW
 from staticagents.core.inquiry import session_key
 from staticagents.core.replies import Reply
 from staticagents.dialects.embeddings import wire
+from staticagents.dialects.gemini import wire as gemini
+from staticagents.dialects.gemini.routes import GeminiRoute, model_method
 from staticagents.dialects.llm.routes import AGENT_PREFIX, ModelReplyRoute, retry_headers
 from staticagents.dialects.llm.wire import InvalidRequest, choose_agent_type
 from staticagents.dialects.openai import wire as openai
@@ -43,7 +46,7 @@ class EmbeddingsRoute(ModelReplyRoute):
 
     async def respond(self, body: bytes) -> None:
         self.require_method("POST")
-        request = self.read(parse_json_object(body))
+        request = self.read_request(parse_json_object(body))
         answer = await self.answering(self.answer_texts(request, body), lambda a: a.entry_id)
         failure = answer.failure
         if failure is not None and failure.error is not None:
@@ -61,7 +64,7 @@ class EmbeddingsRoute(ModelReplyRoute):
             orjson.dumps(self.body(request, vectors, wire.prompt_tokens(replies)))
         )
 
-    def read(self, payload: Mapping[str, Any]) -> wire.EmbeddingRequest:
+    def read_request(self, payload: Mapping[str, Any]) -> wire.EmbeddingRequest:
         try:
             return self.parser(payload)
         except InvalidRequest as invalid:
@@ -135,13 +138,11 @@ class OpenAIEmbeddingsRoute(EmbeddingsRoute):
         return openai_key_refusal(refusal)
 
 
-class GeminiEmbedRoute(EmbeddingsRoute):
-    """``:embedContent``: one content, one embedding."""
-
-    key_sources = access.GEMINI
+class GeminiEmbedRoute(EmbeddingsRoute, GeminiRoute):
+    """``:embedContent``: one content, one embedding; Google's errors and keys (``GeminiRoute``)."""
 
     def parser(self, payload: Mapping[str, Any]) -> wire.EmbeddingRequest:
-        return wire.parse_gemini_request(payload, self.route_kwargs["model"])
+        return wire.parse_gemini_request(payload, self.model)
 
     def body(
         self, request: wire.EmbeddingRequest, vectors: Sequence[list[float]], tokens: int
@@ -150,20 +151,14 @@ class GeminiEmbedRoute(EmbeddingsRoute):
 
     def failure_body(self, reply: Reply) -> Any:
         assert reply.error is not None
-        return wire.google_error_body(reply.error.status, reply.error.message)
-
-    def error_body(self, rejection: RequestRejected) -> Any:
-        return wire.google_error_body(rejection.status, rejection.message)
-
-    def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
-        return RequestRejected(401, refusal.message, "UNAUTHENTICATED")
+        return gemini.scripted_error_body(reply.error, reply.retry_after)
 
 
 class GeminiBatchEmbedRoute(GeminiEmbedRoute):
     """``:batchEmbedContents``: one embedding per request (google-genai's only way)."""
 
     def parser(self, payload: Mapping[str, Any]) -> wire.EmbeddingRequest:
-        return wire.parse_gemini_batch(payload, self.route_kwargs["model"])
+        return wire.parse_gemini_batch(payload, self.model)
 
     def body(
         self, request: wire.EmbeddingRequest, vectors: Sequence[list[float]], tokens: int
@@ -179,9 +174,8 @@ async def off_the_loop_if_large(request: wire.EmbeddingRequest, work: Callable[[
     return await asyncio.to_thread(work)
 
 
-GEMINI_MODEL = r"(?:v1beta|v1)/models/(?P<model>[^/:]+)"
 http_routes: list[Any] = [
     re_path(AGENT_PREFIX + r"v1/embeddings/?$", OpenAIEmbeddingsRoute.as_asgi()),
-    re_path(AGENT_PREFIX + GEMINI_MODEL + r":embedContent$", GeminiEmbedRoute.as_asgi()),
-    re_path(AGENT_PREFIX + GEMINI_MODEL + r":batchEmbedContents$", GeminiBatchEmbedRoute.as_asgi()),
+    re_path(model_method("embedContent"), GeminiEmbedRoute.as_asgi()),
+    re_path(model_method("batchEmbedContents"), GeminiBatchEmbedRoute.as_asgi()),
 ]

@@ -61,20 +61,6 @@ CAMEL_CASE = {
     "task_type": "taskType",
     "title": "title",
 }
-# Google's canonical status for an HTTP status (google.rpc.Code).
-GOOGLE_STATUSES = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ABORTED",
-    429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
 
 
 @value_class
@@ -290,12 +276,6 @@ def gemini_single_body(vector: Sequence[float], prompt_tokens: int) -> dict[str,
 
 def _usage_metadata(prompt_tokens: int) -> dict[str, int]:
     return {"promptTokenCount": prompt_tokens, "totalTokenCount": prompt_tokens}
-
-
-def google_error_body(code: int, message: str) -> dict[str, Any]:
-    """Google's error: ``{"error": {"code", "message", "status"}}``."""
-    status = GOOGLE_STATUSES.get(code) or ("INTERNAL" if code >= 500 else "INVALID_ARGUMENT")
-    return {"error": {"code": code, "message": message, "status": status}}
 
 
 # -- vectors -----------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def test_a_scripted_error_is_googles_error_on_the_gemini_routes(url: str) -> Non
         response = httpx.post(f"{url}{path}", json={"content": {"parts": [{"text": "#down"}]}})
         assert response.status_code == 529
         assert response.json() == {
-            "error": {"code": 529, "message": "Scripted error", "status": "INTERNAL"}
+            "error": {"code": 529, "message": "Scripted error", "status": "UNAVAILABLE"}
         }
 
 
@@ -129,17 +129,28 @@ def test_gemini_routes_take_googles_key_where_its_clients_send_it(
     assert JournalEntry.objects.get().route == path  # the journal holds no query string
 
 
-def test_gemini_routes_refuse_a_wrong_key_in_googles_shape(keyed_url: str) -> None:
-    for headers in ({"x-goog-api-key": "wrong"}, {}):
-        response = httpx.post(
-            f"{keyed_url}/v1beta/models/m:batchEmbedContents",
-            json={"requests": [SINGLE]},
-            headers=headers,
-        )
-        assert response.status_code == 401
-        error = response.json()["error"]
-        assert (error["code"], error["status"]) == (401, "UNAUTHENTICATED")
-        assert "wrong" not in error["message"]
+@pytest.mark.parametrize(
+    ("headers", "code", "status"),
+    [
+        ({}, 403, "PERMISSION_DENIED"),
+        ({"x-goog-api-key": "wrong"}, 400, "INVALID_ARGUMENT"),
+        ({"Authorization": "Bearer wrong"}, 401, "UNAUTHENTICATED"),
+    ],
+    ids=["no key", "wrong key", "wrong bearer"],
+)
+def test_gemini_routes_refuse_a_key_as_google_does(
+    keyed_url: str, headers: dict[str, str], code: int, status: str
+) -> None:
+    """As the Gemini dialect's routes refuse one (GeminiRoute)."""
+    response = httpx.post(
+        f"{keyed_url}/v1beta/models/m:batchEmbedContents",
+        json={"requests": [SINGLE]},
+        headers=headers,
+    )
+    assert response.status_code == code
+    error = response.json()["error"]
+    assert (error["code"], error["status"]) == (code, status)
+    assert "wrong" not in error["message"]
 
 
 def test_openai_embeddings_refuse_a_wrong_key_in_openais_shape(keyed_url: str) -> None:

@@ -24,7 +24,6 @@ from langchain_openai import OpenAIEmbeddings
 from staticagents.core.embeddings import cosine, embed_text
 from staticagents.testing.assertions import assert_no_credentials
 from staticagents.testing.client import StaticAgentsClient
-from staticagents.testing.server import StaticAgentsServer
 
 API_KEY = "sk-embeddings-secret-0123456789"
 GOOGLE_KEY = "AIzaSy-not-a-real-google-key-0123456"
@@ -95,10 +94,8 @@ def client(openai_base_url: str, static_agents_headers: dict[str, str]) -> opena
 
 
 @pytest.fixture
-def gemini(
-    static_agents_server: StaticAgentsServer, static_agents_headers: dict[str, str]
-) -> genai.Client:
-    return gemini_client(static_agents_server.url, static_agents_headers)
+def gemini(gemini_base_url: str, static_agents_headers: dict[str, str]) -> genai.Client:
+    return gemini_client(gemini_base_url, static_agents_headers)
 
 
 def gemini_client(url: str, headers: dict[str, str], api_version: str = "v1beta") -> genai.Client:
@@ -302,9 +299,12 @@ def test_genai_embeds_several_contents_with_output_dimensionality(gemini: genai.
 
 @pytest.mark.parametrize("api_version", ["v1beta", "v1"])
 def test_genai_is_answered_under_either_api_version(
-    static_agents: StaticAgentsClient, static_agents_headers: dict[str, str], api_version: str
+    static_agents: StaticAgentsClient,
+    gemini_base_url: str,
+    static_agents_headers: dict[str, str],
+    api_version: str,
 ) -> None:
-    client = gemini_client(static_agents.base_url, static_agents_headers, api_version)
+    client = gemini_client(gemini_base_url, static_agents_headers, api_version)
     config = genai_types.EmbedContentConfig(output_dimensionality=8)
     result = client.models.embed_content(model="gemini-embedding-001", contents="v", config=config)
     assert result.embeddings is not None and len(result.embeddings[0].values or []) == 8

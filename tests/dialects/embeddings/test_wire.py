@@ -203,26 +203,6 @@ def test_the_gemini_bodies() -> None:
     }
 
 
-GOOGLE_STATUSES = [
-    (400, "INVALID_ARGUMENT"),
-    (401, "UNAUTHENTICATED"),
-    (404, "NOT_FOUND"),
-    (405, "INVALID_ARGUMENT"),
-    (413, "INVALID_ARGUMENT"),
-    (429, "RESOURCE_EXHAUSTED"),
-    (500, "INTERNAL"),
-    (503, "UNAVAILABLE"),
-    (529, "INTERNAL"),
-]
-
-
-@pytest.mark.parametrize(("code", "status"), GOOGLE_STATUSES)
-def test_googles_error_names_the_canonical_status(code: int, status: str) -> None:
-    assert wire.google_error_body(code, "why") == {
-        "error": {"code": code, "message": "why", "status": status}
-    }
-
-
 # -- vectors ------------------------------------------------------------------------------------
 
 
