@@ -16,19 +16,21 @@ through to Google's 404 (``serving/fallback.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
 from django.urls import URLPattern, re_path
 
-from staticagents.conf import settings
 from staticagents.core.replies import Reply
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.gemini import wire as gemini
 from staticagents.dialects.llm.routes import AGENT_PREFIX, ModelReplyRoute, retry_headers
 from staticagents.dialects.llm.wire import Envelope, InvalidRequest
 from staticagents.selectors import current_ruleset
 from staticagents.serving import access
+from staticagents.serving.pacer import pacer
 from staticagents.serving.route import (
     Receive,
     RequestRejected,
@@ -36,6 +38,7 @@ from staticagents.serving.route import (
     Send,
     parse_json_object,
 )
+from staticagents.serving.stream import CutOff, send_paced
 
 VERSION = r"(?:v1beta|v1)/"
 JSON_STREAM_TYPE = (b"content-type", b"application/json; charset=UTF-8")
@@ -131,17 +134,36 @@ class StreamGenerateContentRoute(GenerateContentRoute):
         headers: list[tuple[bytes, bytes]],
     ) -> None:
         chunks = gemini.stream_chunks(reply, envelope, include_thoughts=include_thoughts)
-        limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-        cut_off = orjson.dumps(gemini.cut_off_body(limit))
         if self.query("alt") == "sse":
             await self.start_sse(headers)
-            if not await self.send_paced(gemini.sse_frames(chunks), b""):
-                await self.end_stream(b"data: " + cut_off + b"\r\n\r\n")
+            stopped = await self.send_chunks(chunks, gemini.sse_chunks, b"")
+            if stopped is not None:
+                cut_off = TimedFrame(stopped.limit, gemini.cut_off_body(stopped.limit))
+                await self.end_stream(gemini.sse_chunks([cut_off]))
             return
         await self.start_json_stream(headers)
-        if not await self.send_paced(gemini.array_frames(chunks), gemini.ARRAY_END):
-            opened = chunks[0].at <= limit  # the array's first element went out
-            await self.end_stream((b",\r\n" if opened else b"[") + cut_off + gemini.ARRAY_END)
+        array = gemini.ArrayChunks()
+        stopped = await self.send_chunks(chunks, array, gemini.ARRAY_END)
+        if stopped is not None:
+            await self.end_stream(
+                array.ending_with(orjson.dumps(gemini.cut_off_body(stopped.limit)))
+            )
+
+    async def send_chunks(
+        self,
+        chunks: list[TimedFrame],
+        render: Callable[[list[TimedFrame]], bytes],
+        closing: bytes,
+    ) -> CutOff | None:
+        """Send the chunks on their schedule in Gemini's framing; a ``CutOff`` if cut off."""
+        return await send_paced(
+            chunks,
+            render,
+            self.send_chunk,
+            finish=self.closer(closing),
+            entry_id=self.entry_id,
+            timer=pacer(self.loop),
+        )
 
     async def start_json_stream(self, headers: list[tuple[bytes, bytes]]) -> None:
         self.watch()  # a stream lasts: a client that leaves it stops it

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
 from staticagents.core.replies import Reply, ReplyError, ToolCall, count_tokens
-from staticagents.core.timing import plan_stream, schedule
+from staticagents.core.timing import TimedFrame, plan_stream, schedule
 from staticagents.core.values import value_class
 from staticagents.dialects.llm.wire import (
     DEFAULT_MODEL,
@@ -32,7 +32,6 @@ from staticagents.dialects.llm.wire import (
     Conversation,
     Envelope,
     InvalidRequest,
-    StreamEvent,
     TextTemplate,
     inquiry_context,
     joined,
@@ -337,7 +336,7 @@ def _response(
     }
 
 
-def stream_chunks(reply: Reply, envelope: Envelope, *, include_thoughts: bool) -> list[StreamEvent]:
+def stream_chunks(reply: Reply, envelope: Envelope, *, include_thoughts: bool) -> list[TimedFrame]:
     """The chunks of ``streamGenerateContent``, each at its scripted time.
 
     Thought chunks (when asked for), text chunks, then one chunk with every
@@ -363,7 +362,7 @@ def stream_chunks(reply: Reply, envelope: Envelope, *, include_thoughts: bool) -
     }
     events = [templates[p.kind].at(p.at, p.text) for p in pieces]
     finish = FINISH_REASONS.get(reply.finish_reason, "OTHER")
-    events.append(StreamEvent.of(at, _response(envelope, _candidate(last, finish), usage(reply))))
+    events.append(TimedFrame(at, _response(envelope, _candidate(last, finish), usage(reply))))
     return events
 
 
@@ -371,16 +370,31 @@ def _piece_part(kind: str, text: str) -> dict[str, Any]:
     return {"text": text, "thought": True} if kind == "thinking" else {"text": text}
 
 
-def sse_frames(events: Sequence[StreamEvent]) -> Iterator[tuple[float, bytes]]:
+def sse_chunks(frames: Sequence[TimedFrame]) -> bytes:
     """``?alt=sse``: a ``data:`` line per chunk."""
-    for event in events:
-        yield event.at, b"data: " + event.data + b"\r\n\r\n"
+    return b"".join([b"data: " + frame.json() + b"\r\n\r\n" for frame in frames])
 
 
-def array_frames(events: Sequence[StreamEvent]) -> Iterator[tuple[float, bytes]]:
-    """Without ``alt=sse``: one JSON array whose elements arrive as they are due."""
-    for index, event in enumerate(events):
-        yield event.at, (b"[" if index == 0 else b",\r\n") + event.data
+class ArrayChunks:
+    """Without ``alt=sse``: one JSON array whose elements arrive as they are due.
+
+    Called with each batch of due frames; it remembers whether the array is open.
+    """
+
+    def __init__(self) -> None:
+        self.opened = False
+
+    def __call__(self, frames: Sequence[TimedFrame]) -> bytes:
+        parts = []
+        for frame in frames:
+            parts.append(b",\r\n" if self.opened else b"[")
+            parts.append(frame.json())
+            self.opened = True
+        return b"".join(parts)
+
+    def ending_with(self, error: bytes) -> bytes:
+        """The rest of an array cut short: ``error`` as its last element, then its end."""
+        return (b",\r\n" if self.opened else b"[") + error + ARRAY_END
 
 
 ARRAY_END = b"]"

@@ -259,7 +259,7 @@ def test_a_blocked_empty_answer_has_no_content_and_an_empty_one_an_empty_text() 
 
 
 def payloads(chunks: list[Any]) -> list[dict[str, Any]]:
-    return [orjson.loads(chunk.data) for chunk in chunks]
+    return [chunk.payload for chunk in chunks]
 
 
 def test_a_stream_sends_text_chunks_on_schedule_and_finishes_on_the_last() -> None:
@@ -316,13 +316,24 @@ def test_an_empty_stream_still_finishes() -> None:
 
 def test_the_json_array_form_is_one_array_sent_element_by_element() -> None:
     chunks = gemini.stream_chunks(reply(content="a b"), ENVELOPE, include_thoughts=False)
-    sent = b"".join(frame for _, frame in gemini.array_frames(chunks)) + gemini.ARRAY_END
+    array = gemini.ArrayChunks()  # as the sender calls it: once per batch of due chunks
+    sent = b"".join(array([chunk]) for chunk in chunks) + gemini.ARRAY_END
     assert [p["candidates"][0]["content"]["parts"][0]["text"] for p in orjson.loads(sent)] == [
         "a ",
         "b",
     ]
-    sse = b"".join(frame for _, frame in gemini.sse_frames(chunks))
+    sse = gemini.sse_chunks(chunks)
     assert sse.count(b"data: ") == 2 and sse.endswith(b"\r\n\r\n")
+
+
+def test_an_array_cut_short_ends_with_the_error_as_its_last_element() -> None:
+    chunks = gemini.stream_chunks(reply(content="a b"), ENVELOPE, include_thoughts=False)
+    error = orjson.dumps(gemini.cut_off_body(1.0))
+    unopened = gemini.ArrayChunks()
+    assert orjson.loads(unopened.ending_with(error)) == [gemini.cut_off_body(1.0)]
+    opened = gemini.ArrayChunks()
+    sent = opened(chunks[:1]) + opened.ending_with(error)
+    assert orjson.loads(sent)[-1] == gemini.cut_off_body(1.0)
 
 
 # -- errors and listings ----------------------------------------------------------------------
