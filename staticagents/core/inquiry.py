@@ -8,7 +8,7 @@ from typing import Any
 
 from staticagents.core.values import value_class
 
-DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket", "gemini")
+DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "embeddings")
 GLOBAL_SESSION = "global"
 
 

@@ -66,6 +66,8 @@ class Reply:
     retry_after: float | None = None
     timing: Timing = Timing()
     usage: Usage = Usage(0, 0)
+    embedding: tuple[float, ...] | None = None  # a pinned vector, for an embeddings request
+    embedding_like: str | None = None  # or: the text whose vector to give
     rule: str | None = None  # None: the fallback answered
     outcome: str = "answered"  # answered | error | failed_first
 
@@ -156,6 +158,8 @@ def _from_snapshot(
         retry_after=rendered.retry_after,
         timing=rendered.timing,
         usage=usage,
+        embedding=rendered.embedding,
+        embedding_like=rendered.embedding_like,
         rule=rendered.rule,
         outcome=rendered.outcome,
     )
@@ -217,6 +221,8 @@ def render_response(
         usage=_usage(response.get("usage"), inquiry, content)
         if inquiry
         else Usage(0, count_tokens(content)),
+        embedding=tuple(response["embedding"]) if "embedding" in response else None,
+        embedding_like=response.get("embedding_like"),
         rule=rule_name,
         outcome="error" if error else "answered",
     )

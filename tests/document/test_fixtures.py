@@ -109,6 +109,31 @@ def test_wrong_types_are_errors_not_coerced() -> None:
     assert any("rules[0].response.fail_first" in line for line in lines)
 
 
+def test_a_pinned_embedding_is_finite_float32_numbers_at_most_4096_of_them() -> None:
+    def pinned(values: str) -> list[str]:
+        return errors_of(f"rules:\n  - response:\n      embedding: {values}\n")
+
+    [line] = pinned("[" + ", ".join(["0.5"] * 4097) + "]")
+    assert "rules[0].response.embedding: List should have at most 4096 items" in line
+    [line] = pinned("[1, .inf]")
+    assert "rules[0].response.embedding[1]: Input should be a finite number" in line
+    [line] = pinned("[1.0e+39]")
+    assert "rules[0].response.embedding[0]: must fit a 32-bit float" in line
+    [line] = pinned("[]")
+    assert "rules[0].response.embedding: List should have at least 1 item" in line
+    [line] = pinned("[true]")
+    assert "rules[0].response.embedding[0]: Input should be a valid number" in line
+    document = load_fixture("rules:\n  - response: {embedding: [1, 0.5], template: true}\n")
+    assert document["rules"][0]["response"]["embedding"] == [1.0, 0.5]
+
+
+def test_embedding_like_is_a_non_empty_text() -> None:
+    [line] = errors_of("rules:\n  - response: {embedding_like: ''}\n")
+    assert "rules[0].response.embedding_like: String should have at least 1 character" in line
+    [line] = errors_of("rules:\n  - response: {embedding_like: 5}\n")
+    assert "rules[0].response.embedding_like: Input should be a valid string" in line
+
+
 def test_non_utf8_bytes_are_rejected_with_the_offset() -> None:
     [line] = errors_of(b"rules: []\n# \xff\xfe\n")
     assert "not UTF-8" in line and "offset 12" in line
@@ -193,7 +218,7 @@ def test_dry_run_reports_and_changes_nothing(
     call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     before = export_text()
     call_command("import_fixture", str(FIXTURES / "demo.yml"), "--dry-run")
-    assert "would import: 10 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
+    assert "would import: 11 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
     assert export_text() == before
 
 

@@ -54,6 +54,11 @@ EXPECTED: dict[str, tuple[str, int | None]] = {
     "invalid-json.json": ("invalid JSON", 1),
     "yaml-bomb.yml": ("expands to more than", None),
     "not-utf8.yml": ("not UTF-8: byte 0xe9", None),
+    "embedding-not-finite.yml": ("rules[0].response.embedding[1]: Input should be a finite", 5),
+    "embedding-all-zeros.yml": ("rules[0].response.embedding: must not be all zeros", 3),
+    "embedding-and-embedding-like.yml": ("at most one of 'embedding' and 'embedding_like'", 3),
+    "embedding-wrong-type.yml": ("fallback.embedding[0]: Input should be a valid number", 2),
+    "wrong-value-dialect.yml": ("rules[0].match.dialect: Input should be 'galaxy'", 2),
 }
 
 
