@@ -23,8 +23,8 @@ from staticagents.core.matching import CompiledRule, Ruleset, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
 from staticagents.replying.answer import journal_entry, next_step
-from staticagents.replying.journal import reply_store
-from staticagents.selectors import current_ruleset
+from staticagents.replying.journal import journal
+from staticagents.replying.snapshot import current_ruleset
 
 # Characters of text above which matching runs in a thread: every rule's regexes may read
 # each text (up to the match window), so a large batch would hold the event loop.
@@ -49,7 +49,6 @@ async def aanswer_inquiries(
     body: bytes | str = b"",
     ruleset: Ruleset | None = None,
     settle: Callable[[int, Reply], Reply] | None = None,
-    loop: asyncio.AbstractEventLoop | None = None,
 ) -> BatchAnswer:
     """Decide the reply to each inquiry (in order) and journal the request once.
 
@@ -59,7 +58,7 @@ async def aanswer_inquiries(
     """
     started = time.perf_counter()
     if ruleset is None:
-        ruleset = await current_ruleset(loop)
+        ruleset = await current_ruleset()
     rules = await _matched(ruleset, inquiries)
     if any(rule is not None and rule.stateful for rule in rules):
         steps = await database_sync_to_async(next_steps)(rules, inquiries)
@@ -75,7 +74,7 @@ async def aanswer_inquiries(
     if not settings.STATIC_AGENTS_JOURNAL:
         return answer
     entry = batch_entry(inquiries, answer, ruleset, route=route, body=body, started=started)
-    return BatchAnswer(replies, await reply_store.record(entry, loop))
+    return BatchAnswer(replies, await journal.record(entry))
 
 
 async def _matched(ruleset: Ruleset, inquiries: Sequence[Inquiry]) -> list[CompiledRule | None]:

@@ -29,7 +29,7 @@ from staticagents.dialects.llm.wire import InvalidRequest, choose_agent_type
 from staticagents.dialects.openai import wire as openai
 from staticagents.dialects.openai.routes import openai_key_refusal
 from staticagents.replying.batch import BatchAnswer, aanswer_inquiries
-from staticagents.selectors import current_ruleset
+from staticagents.replying.snapshot import current_ruleset
 from staticagents.serving import access
 from staticagents.serving.route import RequestRejected, parse_json_object
 
@@ -72,7 +72,7 @@ class EmbeddingsRoute(ModelReplyRoute):
 
     async def answer_texts(self, request: wire.EmbeddingRequest, body: bytes) -> BatchAnswer:
         headers = self.request_headers
-        ruleset = await current_ruleset(self.loop)
+        ruleset = await current_ruleset()
         agent_type = choose_agent_type(
             prefix=self.route_kwargs.get("agent_type"),
             header=headers.get("x-agent-type"),
@@ -88,7 +88,6 @@ class EmbeddingsRoute(ModelReplyRoute):
             body=body,
             ruleset=ruleset,
             settle=lambda index, reply: wire.check_pin(request.items[index], reply),
-            loop=self.loop,
         )
 
     @property
