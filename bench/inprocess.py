@@ -56,18 +56,18 @@ class Rounds:
         self.rows = 0
 
     def install(self) -> None:
-        from staticagents.replying.journal import LoopJournal
+        from staticagents.replying.journal import _LoopBackend
 
-        count, commit = self, LoopJournal._round
+        count, commit = self, _LoopBackend._round
 
-        def counted(journal: LoopJournal) -> None:
-            pending = len(journal.pending)
+        def counted(journal: _LoopBackend) -> None:
+            pending = len(journal.inserts)
             commit(journal)
-            if not journal.pending:  # committed (a busy file leaves them pending)
+            if not journal.inserts:  # committed (a busy file leaves them pending)
                 count.commits += 1
                 count.rows += pending
 
-        LoopJournal._round = counted  # type: ignore[method-assign]
+        _LoopBackend._round = counted  # type: ignore[method-assign]
 
 
 async def drive(

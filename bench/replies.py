@@ -3,8 +3,8 @@
 Our service (matching and journal on) against the same bytes from a raw ASGI
 app under the same server, against aimock serving an equivalent fixture (when
 Node is present), and against our own service with the journal off; plus
-Galaxy's /api/ai/agents/query, OpenAI's /v1/responses (each response stored, and
-with ``store: false``) and our service with two workers.
+Galaxy's /api/ai/agents/query, OpenAI's /v1/embeddings, OpenAI's /v1/responses
+(each response stored, and with ``store: false``) and our service with two workers.
 """
 
 from __future__ import annotations
@@ -72,6 +72,13 @@ def responses_body(directory: Path, *, store: bool) -> Path:
     path = directory / f"responses-store-{str(store).lower()}.json"
     path.write_text(json.dumps(body))
     return path
+
+
+def embeddings_body(directory: Path) -> Path:
+    """One text, as the openai SDK sends it by default (base64, the model's 1536 dimensions)."""
+    body = {"model": "text-embedding-3-small", "input": QUESTION, "encoding_format": "base64"}
+    (directory / "embeddings.json").write_text(json.dumps(body))
+    return directory / "embeddings.json"
 
 
 def aimock(fixture: Path) -> Server | str:
@@ -164,6 +171,13 @@ def run(
             serve("static-agents", database_url=db, fixture=ours_fixture),
             "/api/ai/agents/query",
             galaxy_body,
+            seconds,
+            connections,
+        )
+        results["static-agents, OpenAI /v1/embeddings (1536 dimensions, base64)"] = measure(
+            serve("static-agents", database_url=db, fixture=ours_fixture),
+            "/v1/embeddings",
+            embeddings_body(directory),
             seconds,
             connections,
         )

@@ -21,6 +21,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
+from staticagents.dialects.embeddings import routes as embeddings  # noqa: E402
 from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
 from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
@@ -36,8 +37,8 @@ reply_routes = [
     *openai.http_routes,
     *responses.http_routes,
     *anthropic.http_routes,
+    *embeddings.http_routes,  # before the other Gemini model routes
     *gemini.http_routes,
-    # Other methods on a Gemini model (gemini.model_method("embedContent")) go here.
     *adk.http_routes,
     *galaxy_stream.http_routes,
 ]

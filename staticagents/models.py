@@ -70,6 +70,12 @@ class ResponseFields(models.Model):
         null=True, blank=True, help_text="{first_delay_ms, word_delay_ms, chunk}"
     )
     usage = models.JSONField(null=True, blank=True, help_text="{input_tokens, output_tokens}")
+    embedding = models.JSONField(
+        null=True, blank=True, help_text="[numbers]: the vector of the texts this rule matches"
+    )
+    embedding_like = models.TextField(
+        null=True, blank=True, help_text="Give the texts this rule matches the vector of this text"
+    )
 
     class Meta:
         abstract = True

@@ -1,19 +1,17 @@
-"""Reads: the active ruleset snapshot, the stored document, the agent types, the journal."""
+"""Reads of stored data: the rules as a document, the journal, its counters, the control token.
+
+The compiled snapshot of the rules that replies are answered from is
+``replying.snapshot``.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import Counter
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import connection, transaction
 from django.db.models import Count, QuerySet, Value
 from django.db.models.functions import StrIndex
 
-from staticagents.conf import settings
-from staticagents.core.matching import Ruleset, compile_ruleset
 from staticagents.models import (
     ControlToken,
     Defaults,
@@ -21,76 +19,6 @@ from staticagents.models import (
     JournalEntry,
     Rule,
 )
-from staticagents.replying.journal import STAMP_SQL, reply_store
-
-_snapshot: Ruleset | None = None
-_snapshot_lock = threading.Lock()
-
-
-def ruleset_stamp() -> str:
-    """The stamp of the rules as the database holds them now (one indexed read).
-
-    Raw SQL: it runs on every request, and the ORM would cost it ten times over.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(STAMP_SQL)
-        row = cursor.fetchone()
-    return str(row[0]) if row else ""
-
-
-def active_ruleset() -> Ruleset:
-    """The compiled snapshot of the rules; rebuilt only when their version changed.
-
-    Every worker process checks the stamp on each call, so an edit made through
-    any worker (or the admin) is seen by all of them on their next request.
-    """
-    global _snapshot
-    current = _snapshot
-    stamp = ruleset_stamp()
-    if current is not None and current.stamp == stamp:
-        return current
-    with _snapshot_lock:
-        if _snapshot is not None and _snapshot.stamp == ruleset_stamp():
-            return _snapshot
-        _snapshot = _build_snapshot()
-        return _snapshot
-
-
-async def current_ruleset(loop: asyncio.AbstractEventLoop | None = None) -> Ruleset:
-    """``active_ruleset`` for the event loop: the stamp read is batched with other requests'.
-
-    ``loop`` is the running loop, when the caller has it at hand.
-    """
-    stamp = reply_store.stamp(loop)
-    if not isinstance(stamp, str):
-        stamp = await stamp
-    current = _snapshot
-    if current is not None and current.stamp == stamp:
-        return current
-    return await sync_to_async(active_ruleset, thread_sensitive=False)()
-
-
-def _build_snapshot() -> Ruleset:
-    with transaction.atomic():  # one consistent read: never half an old fixture
-        stamp = ruleset_stamp()
-        document = stored_document()
-    defaults = dict(document["defaults"])
-    defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
-    return compile_ruleset(
-        stamp=stamp,
-        rules=document["rules"],
-        defaults=defaults,
-        fallback=document["fallback"],
-        window=settings.STATIC_AGENTS_MATCH_WINDOW,
-    )
-
-
-def server_stream_defaults() -> dict[str, int]:
-    """Stream timing from the server's settings: the base under defaults.stream and rules."""
-    return {
-        "first_delay_ms": settings.STATIC_AGENTS_FIRST_DELAY_MS,
-        "word_delay_ms": settings.STATIC_AGENTS_WORD_DELAY_MS,
-    }
 
 
 def stored_document() -> dict[str, Any]:

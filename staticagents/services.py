@@ -367,15 +367,6 @@ def _duplicate_name(name: str) -> DocumentInvalid:
 # -- the journal, counters and sessions ---------------------------------------
 
 
-def prune_journal(*, keep: int, newest_id: int) -> int:
-    """Delete the entries older than the ``keep`` newest (by id: one indexed DELETE)."""
-    cutoff = newest_id - keep
-    if cutoff <= 0:
-        return 0
-    deleted, _ = JournalEntry.objects.filter(id__lte=cutoff).delete()
-    return deleted
-
-
 def clear_journal(*, session: str | None = None) -> int:
     """Delete the journal, or one session's part of it; counters derive from it, so they follow."""
     entries = JournalEntry.objects.all()

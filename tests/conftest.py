@@ -1,7 +1,8 @@
-"""Shared fixtures: a real ASGI server on a free port, and rule loading."""
+"""Shared fixtures: a real ASGI server on a free port, rule loading, and Galaxy's own fixture."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -15,9 +16,11 @@ import yaml
 # tests/wheel/ runs against the installed wheel only (.ci/wheel-check), never from the checkout.
 collect_ignore = ["wheel"]
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-GALAXY_FIXTURE = SHARED / "compat" / "galaxy" / "static_agents.yml"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+# Our own fixture in Galaxy's style, for the tests that need one but not Galaxy's own.
+GALAXY_STYLE_FIXTURE = FIXTURES / "galaxy-style.yml"
+# Names Galaxy's own static_agents.yml, a third party's file (.ci/run sets it when present).
+GALAXY_FIXTURE_VARIABLE = "STATIC_AGENTS_GALAXY_FIXTURE"
 
 
 def free_port() -> int:
@@ -86,6 +89,25 @@ def load_rules(db: None) -> Callable[[Any], dict[str, Any]]:
         return document
 
     return load
+
+
+@pytest.fixture
+def galaxy_fixture() -> Path:
+    """Galaxy's own fixture, for a test that proves compatibility with it.
+
+    Without ``STATIC_AGENTS_GALAXY_FIXTURE`` the test is skipped, except under
+    ``CI=true``, where it fails: CI must prove compatibility, not skip it.
+    """
+    value = os.environ.get(GALAXY_FIXTURE_VARIABLE, "")
+    if not value:
+        reason = f"{GALAXY_FIXTURE_VARIABLE} is not set (the path of Galaxy's static_agents.yml)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}; under CI=true it must be", pytrace=False)
+        pytest.skip(reason)
+    path = Path(value)
+    if not path.is_file():
+        pytest.fail(f"{GALAXY_FIXTURE_VARIABLE}={value}: no such file", pytrace=False)
+    return path
 
 
 CONTROL_TOKEN = "test-control-token"

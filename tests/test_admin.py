@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from staticagents.models import (
     SessionCounter,
 )
 from staticagents.selectors import export_document
-from tests.conftest import GALAXY_FIXTURE
+from tests.conftest import GALAXY_STYLE_FIXTURE
 
 pytestmark = pytest.mark.django_db
 
@@ -640,10 +641,18 @@ def test_yaml_syntax_errors_and_non_utf8_files_are_reported(
     assert names_in_order() == ["greet", "rnaseq", "catch-all", "page-help"]
 
 
-def test_galaxys_own_fixture_uploads_unchanged(admin_client: Client) -> None:
-    response = upload(admin_client, GALAXY_FIXTURE.read_bytes(), name="static_agents.yml")
+def assert_uploads_unchanged(admin_client: Client, fixture: Path) -> None:
+    response = upload(admin_client, fixture.read_bytes(), name="static_agents.yml")
     assert response.status_code == 302
-    assert Rule.objects.count() == len(yaml.safe_load(GALAXY_FIXTURE.read_text())["rules"])
+    assert Rule.objects.count() == len(yaml.safe_load(fixture.read_text())["rules"])
+
+
+def test_a_galaxy_style_fixture_uploads_unchanged(admin_client: Client) -> None:
+    assert_uploads_unchanged(admin_client, GALAXY_STYLE_FIXTURE)
+
+
+def test_galaxys_own_fixture_uploads_unchanged(admin_client: Client, galaxy_fixture: Path) -> None:
+    assert_uploads_unchanged(admin_client, galaxy_fixture)
 
 
 def test_download_is_the_current_fixture_and_round_trips(admin_client: Client, rules: None) -> None:

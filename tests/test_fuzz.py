@@ -36,6 +36,7 @@ from schemathesis.specs.openapi.checks import (
 
 from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.anthropic import wire as anthropic
+from staticagents.dialects.embeddings import wire as embeddings
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.gemini import wire as gemini
 from staticagents.dialects.llm.wire import InvalidRequest
@@ -85,10 +86,12 @@ KEYS = [
     "appName", "userId", "sessionId", "newMessage", "parts", "functionCall",
     "functionResponse", "response", "args", "streaming", "stateDelta", "state_delta",
     "customMetadata", "invocationId", "thought", "events", "author", "save_exchange",
-    "job_id", "error_details", "entity_context", "regenerate", "instructions", "call_id",
-    "output", "arguments", "summary", "previous_response_id", "store", "temperature",
-    "contents", "systemInstruction", "functionDeclarations", "generationConfig",
-    "thinkingConfig", "includeThoughts", "generateContentRequest",
+    "job_id", "error_details", "entity_context", "regenerate", "contents",
+    "systemInstruction", "functionDeclarations", "generationConfig", "thinkingConfig",
+    "includeThoughts", "generateContentRequest", "dimensions", "encoding_format",
+    "requests", "outputDimensionality", "taskType", "title",
+    "instructions", "call_id", "output", "arguments", "summary", "previous_response_id",
+    "store", "temperature",
 ]  # fmt: skip
 SCALARS = (
     st.none()
@@ -257,6 +260,20 @@ GALAXY_CHAT = shaped(
         "entity_context": ANY_JSON,
     },
 )
+TOKENS = st.lists(st.integers(min_value=-2, max_value=100_000), max_size=4)
+SIZE = near(st.integers(min_value=-1, max_value=300) | st.sampled_from([4096, 4097]))
+OPENAI_EMBEDDINGS = shaped(
+    {
+        "model": TEXT,
+        "input": near(st.one_of(TEXT, st.lists(TEXT, max_size=4), TOKENS, st.lists(TOKENS))),
+    },
+    {"dimensions": SIZE, "encoding_format": near(st.sampled_from(["float", "base64"]))},
+)
+GEMINI_EMBED = shaped(
+    {"content": ADK_CONTENT},
+    {"outputDimensionality": SIZE, "taskType": TEXT, "title": TEXT, "model": TEXT},
+)
+GEMINI_BATCH = shaped({"requests": near(st.lists(GEMINI_EMBED, min_size=1, max_size=3))}, {})
 
 
 def json_bytes(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
@@ -364,6 +381,27 @@ def test_the_adk_session_parsers_return_a_request_or_their_invalid_request(
     parser_test("adk sessions", strategy, parse, adk.InvalidRequest, tally)
 
 
+def test_the_embeddings_parsers_return_a_request_or_their_invalid_request(
+    tally: Counter[str],
+) -> None:
+    parsers = [
+        embeddings.parse_openai_request,
+        lambda payload: embeddings.parse_gemini_request(payload, "m"),
+        lambda payload: embeddings.parse_gemini_batch(payload, "m"),
+    ]
+
+    def parse(body: bytes) -> Any:
+        """Each body goes to every parser: shaped for one of them, hostile to the others."""
+        for parser in parsers:
+            try:
+                parser(parse_json_object(body))
+            except (InvalidRequest, RequestRejected):
+                tally["embeddings parser refused"] += 1
+
+    strategy = json_bytes(OPENAI_EMBEDDINGS | GEMINI_EMBED | GEMINI_BATCH)
+    parser_test("embeddings", strategy, parse, (), tally)
+
+
 def test_the_websocket_parser_returns_a_message_or_message_invalid(tally: Counter[str]) -> None:
     def parse(body: bytes) -> Any:
         try:
@@ -413,6 +451,17 @@ ROUTES: list[tuple[str, st.SearchStrategy[Any], Callable[[Any], bool]]] = [
     (
         "/v1beta/models/m:streamGenerateContent",
         GEMINI_REQUEST,
+        lambda body: body["error"]["status"].isupper(),
+    ),
+    ("/v1/embeddings", OPENAI_EMBEDDINGS, lambda body: "message" in body["error"]),
+    (
+        "/v1beta/models/m:batchEmbedContents",
+        GEMINI_BATCH,
+        lambda body: body["error"]["status"].isupper(),
+    ),
+    (
+        "/v1/models/m:embedContent",
+        GEMINI_EMBED,
         lambda body: body["error"]["status"].isupper(),
     ),
     ("/api/chat/stream", GALAXY_CHAT, lambda body: isinstance(body["err_code"], int)),

@@ -78,6 +78,7 @@ SHAPES: dict[str, Callable[[Any], str]] = {
 }
 
 GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+GEMINI_CONTENT = {"parts": [{"text": "hi"}]}
 ADK_RUN = {
     "appName": "router",
     "userId": "u",
@@ -177,6 +178,21 @@ ROUTES = [
     ),
     Route(
         "POST",
+        "/v1/embeddings",
+        "openai",
+        {"model": "m", "input": "hi"},
+        [
+            ({"input": "hi"}, 400, "model: field required"),
+            ({"model": "m"}, 400, "input: field required"),
+            ({"model": "m", "input": 5}, 400, "input: must be a string"),
+            ({"model": "m", "input": []}, 400, "input: must not be an empty array"),
+            ({"model": "m", "input": ["hi", 5]}, 400, "input[1]: must be a string"),
+            ({"model": "m", "input": "hi", "dimensions": 0}, 400, "dimensions: must be from 1"),
+            ({"model": "m", "input": "hi", "encoding_format": "hex"}, 400, "encoding_format"),
+        ],
+    ),
+    Route(
+        "POST",
         "/v1/models/gemini-2.5-flash:streamGenerateContent",
         "gemini",
         GEMINI,
@@ -188,6 +204,43 @@ ROUTES = [
         "gemini",
         GEMINI,
         [({"contents": [{"parts": "x"}]}, 400, "contents[0].parts: must be an array")],
+    ),
+    Route(
+        "POST",
+        "/agents/router/v1/embeddings",
+        "openai",
+        {"model": "m", "input": [[1, 2]]},
+        [({"model": "m", "input": [[1, "a"]]}, 400, "input[0][1]: must be a token")],
+    ),
+    Route(
+        "POST",
+        "/v1beta/models/m:embedContent",
+        "gemini",
+        {"content": GEMINI_CONTENT},
+        [
+            ({}, 400, "content: field required"),
+            ({"content": {"parts": "hi"}}, 400, "content.parts: must be an array"),
+            ({"content": {"parts": [{"inlineData": {}}]}}, 400, "content.parts[0]: only text"),
+            ({"content": GEMINI_CONTENT, "outputDimensionality": -1}, 400, "outputDimensionality"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/v1beta/models/m:batchEmbedContents",
+        "gemini",
+        {"requests": [{"content": GEMINI_CONTENT}]},
+        [
+            ({"requests": []}, 400, "requests: must hold at least one request"),
+            ({"requests": [5]}, 400, "requests[0]: must be an object"),
+            ({"requests": [{"content": {"parts": [{"text": ""}]}}]}, 400, "requests[0].content"),
+        ],
+    ),
+    Route(
+        "POST",
+        "/v1/models/m:batchEmbedContents",
+        "gemini",
+        {"requests": [{"content": GEMINI_CONTENT}]},
+        [({"requests": "x"}, 400, "requests: must be an array")],
     ),
     Route(
         "POST",
@@ -562,6 +615,9 @@ BAD_REQUESTS = [
     ("POST", "/v1/models", "openai", 405),
     ("GET", "/v1/responses", "openai", 405),
     ("PUT", "/v1/responses/resp_1", "openai", 405),
+    ("GET", "/v1/embeddings", "openai", 405),
+    ("GET", "/v1beta/models/m:embedContent", "gemini", 405),
+    ("DELETE", "/v1/models/m:batchEmbedContents", "gemini", 405),
     ("GET", "/run", "adk", 405),
     ("GET", "/v1beta/models/m:generateContent", "gemini", 405),
     ("POST", "/v1beta/models", "gemini", 405),

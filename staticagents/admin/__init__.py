@@ -80,6 +80,13 @@ RESPONSE_FIELDSETS: _FieldsetSpec = [
             "description": "Optional: tool calls, scripted errors, flaky answers and timing.",
         },
     ),
+    (
+        "Embeddings",
+        {
+            "fields": ["embedding", "embedding_like"],
+            "description": "Optional: the vector an embeddings request gets for the texts matched.",
+        },
+    ),
 ]
 
 

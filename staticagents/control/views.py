@@ -36,8 +36,8 @@ from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
 from staticagents.models import ControlToken, JournalEntry, Rule
+from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import (
-    active_ruleset,
     export_document,
     journal_counters,
     journal_entries,

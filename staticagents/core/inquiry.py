@@ -8,7 +8,16 @@ from typing import Any
 
 from staticagents.core.values import value_class
 
-DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "responses")
+DIALECTS = (
+    "galaxy",
+    "openai",
+    "anthropic",
+    "adk",
+    "websocket",
+    "gemini",
+    "embeddings",
+    "responses",
+)
 GLOBAL_SESSION = "global"
 
 

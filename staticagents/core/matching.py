@@ -94,9 +94,13 @@ class RuleGroup:
     gated: frozenset[int] = frozenset()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Ruleset:
-    """An immutable, compiled snapshot of the rules, defaults and fallback."""
+    """An immutable, compiled snapshot of the rules, defaults and fallback.
+
+    Compared by identity: each compilation is a snapshot of its own (and a key
+    for what is derived from it, such as ``core.replies``' rendered responses).
+    """
 
     stamp: str
     rules: tuple[CompiledRule, ...]
@@ -108,8 +112,6 @@ class Ruleset:
     folded_literals: Any = None  # the same for case-insensitive literals, over query.lower()
     folded_gated: frozenset[int] = frozenset()
     by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
-    # What the replies module renders of a response once per snapshot (``core.replies``).
-    rendered: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
         """The rules that may answer, in order: other types' rules and rules whose

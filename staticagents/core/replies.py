@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from string import Template
@@ -65,6 +66,8 @@ class Reply:
     retry_after: float | None = None
     timing: Timing = Timing()
     usage: Usage = Usage(0, 0)
+    embedding: tuple[float, ...] | None = None  # a pinned vector, for an embeddings request
+    embedding_like: str | None = None  # or: the text whose vector to give
     rule: str | None = None  # None: the fallback answered
     outcome: str = "answered"  # answered | error | failed_first
 
@@ -120,17 +123,18 @@ def _from_snapshot(
     rule: CompiledRule | None,  # None: the fallback
     index: int,
 ) -> Reply:
-    """``render_response`` of the response at ``index`` of ``rule``'s script: the
-    snapshot renders what does not depend on the inquiry once (``Ruleset.rendered``),
+    """``render_response`` of the response at ``index`` of ``rule``'s script: what does
+    not depend on the inquiry is rendered once per snapshot (``_rendered_replies``),
     so a request only adds its agent type, its usage and a template's substitution.
     """
+    rendered_replies = _rendered_replies(ruleset)
     key = (rule.position, index) if rule is not None else None
-    rendered: Reply | None = ruleset.rendered.get(key)
+    rendered = rendered_replies.get(key)
     if rendered is None:
         name = rule.name if rule is not None else None
         salt = f"{name}.{index}" if rule is not None else ""
         rendered = render_response(ruleset, None, response, rule_name=name, call_salt=salt)
-        ruleset.rendered[key] = rendered
+        rendered_replies[key] = rendered
     content = rendered.content
     if response.get("template"):
         content = _substitute(content, inquiry)
@@ -154,9 +158,29 @@ def _from_snapshot(
         retry_after=rendered.retry_after,
         timing=rendered.timing,
         usage=usage,
+        embedding=rendered.embedding,
+        embedding_like=rendered.embedding_like,
         rule=rendered.rule,
         outcome=rendered.outcome,
     )
+
+
+# The responses of each snapshot rendered so far, by (rule position, response index),
+# the fallback's under None; kept while the snapshot lives. The latest is at hand
+# beside the weak mapping: a process answers from one snapshot at a time.
+RenderedReplies = dict[tuple[int, int] | None, Reply]
+_rendered: weakref.WeakKeyDictionary[Ruleset, RenderedReplies] = weakref.WeakKeyDictionary()
+_latest: tuple[Ruleset, RenderedReplies] | None = None
+
+
+def _rendered_replies(ruleset: Ruleset) -> RenderedReplies:
+    global _latest
+    latest = _latest
+    if latest is not None and latest[0] is ruleset:
+        return latest[1]
+    rendered = _rendered.setdefault(ruleset, {})
+    _latest = (ruleset, rendered)
+    return rendered
 
 
 def render_response(
@@ -197,6 +221,8 @@ def render_response(
         usage=_usage(response.get("usage"), inquiry, content)
         if inquiry
         else Usage(0, count_tokens(content)),
+        embedding=tuple(response["embedding"]) if "embedding" in response else None,
+        embedding_like=response.get("embedding_like"),
         rule=rule_name,
         outcome="error" if error else "answered",
     )

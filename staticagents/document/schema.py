@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -22,8 +22,13 @@ from pydantic import (
     model_validator,
 )
 
+from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDOW
+
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
-DIALECTS = ("galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "responses")
+Dialect = Literal[
+    "galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "embeddings", "responses"
+]
+DIALECTS: tuple[str, ...] = get_args(Dialect)
 CONFIDENCES = ("low", "medium", "high")
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 ACTION_PARAMETERS = {
@@ -85,6 +90,16 @@ def check_slug(name: str) -> str:
 
 
 Regex = Annotated[str, AfterValidator(check_regex)]
+
+
+def check_float32(value: float) -> float:
+    if abs(value) > FLOAT32_MAX:
+        raise ValueError("must fit a 32-bit float (at most 3.4e38 either way)")
+    return value
+
+
+# One component of a pinned embedding: a finite number a float32 can hold.
+EmbeddingValue = Annotated[float, Field(allow_inf_nan=False), AfterValidator(check_float32)]
 Slug = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_slug)]
 
 
@@ -164,6 +179,10 @@ class ResponseSpec(Strict):
     template: bool | None = None
     stream: StreamSpec | None = None
     usage: UsageSpec | None = None
+    embedding: list[EmbeddingValue] | None = Field(
+        default=None, min_length=1, max_length=MAX_DIMENSIONS
+    )
+    embedding_like: str | None = Field(default=None, min_length=1, max_length=TEXT_WINDOW)
 
     @field_validator("retry_after", mode="before")
     @classmethod
@@ -171,6 +190,19 @@ class ResponseSpec(Strict):
         if isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         return value
+
+    @field_validator("embedding")
+    @classmethod
+    def _direction(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and not any(value):
+            raise ValueError("must not be all zeros: a vector needs a direction")
+        return value
+
+    @model_validator(mode="after")
+    def _one_vector(self) -> ResponseSpec:
+        if self.embedding is not None and self.embedding_like is not None:
+            raise ValueError("a response gives at most one of 'embedding' and 'embedding_like'")
+        return self
 
 
 class MatchSpec(Strict):
@@ -180,9 +212,7 @@ class MatchSpec(Strict):
     context: dict[str, Regex] | None = None
     model: Regex | None = None
     system: Regex | None = None
-    dialect: (
-        Literal["galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "responses"] | None
-    ) = None
+    dialect: Dialect | None = None
     turn: int | None = Field(default=None, ge=1)
     tool_result: Any = None
 

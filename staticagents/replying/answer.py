@@ -1,15 +1,15 @@
 """The reply path: match an inquiry, advance its session's counters, journal it.
 
-Every edge calls ``aanswer_inquiry`` (reply routes and the WebSocket consumer, on the event loop)
-or ``answer_inquiry`` (DRF views, in a thread) and renders the Reply in its own
-dialect.
+Every edge calls ``aanswer_inquiry`` (reply routes and the WebSocket consumer,
+on the event loop) or ``answer_inquiry`` (DRF views, ADK runs and Galaxy chat
+turns, in a thread) and renders the Reply in its own dialect. The rules come
+from the snapshot (``replying.snapshot``); the entry is written by the journal
+writer (``replying.journal``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import threading
 import time
 from typing import Any
 
@@ -22,17 +22,11 @@ from staticagents.core.inquiry import Inquiry, mask_headers
 from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
-from staticagents.models import JournalEntry, SessionCounter
-from staticagents.replying.journal import insert_entries, prune_hooks, reply_store
-from staticagents.selectors import active_ruleset, current_ruleset
-from staticagents.services import prune_journal
+from staticagents.models import SessionCounter
+from staticagents.replying.journal import journal
+from staticagents.replying.snapshot import active_ruleset, current_ruleset
 
 SEQUENCE_KEY = "seq"
-
-# Journal entries this process wrote since it last pruned: pruning runs every so
-# many entries, so the reply path pays for it rarely.
-_unpruned = 0
-_prune_lock = threading.Lock()
 
 
 @value_class
@@ -51,10 +45,7 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
-    [entry_id] = insert_entries([entry])
-    if prune_due(1):
-        prune_to_cap(entry_id)
-    return Answer(reply, entry_id)
+    return Answer(reply, journal.record_now(entry))
 
 
 async def aanswer_inquiry(
@@ -63,19 +54,17 @@ async def aanswer_inquiry(
     route: str,
     body: bytes | str = b"",
     ruleset: Ruleset | None = None,
-    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Answer:
-    """The same as ``answer_inquiry``, for the reply routes' event loop.
+    """The same as ``answer_inquiry``, for the event loop.
 
-    The stamp check and the journal insert are batched with other requests'
-    (``batching.reply_store``); only rules with session state take a database
-    transaction of their own. ``ruleset`` is the snapshot when the caller has
-    just read it for this request; ``loop`` the running loop, when the caller has
-    it at hand.
+    The stamp read and the journal insert are shared with other requests'
+    (``current_ruleset``, ``journal.record``); only rules with session state take
+    a database transaction of their own. ``ruleset`` is the snapshot when the
+    caller has just read it for this request.
     """
     started = time.perf_counter()
     if ruleset is None:
-        ruleset = await current_ruleset(loop)
+        ruleset = await current_ruleset()
     rule = match_inquiry(ruleset, inquiry)
     if rule is not None and rule.stateful:
         step = await database_sync_to_async(next_step)(rule, inquiry)
@@ -85,7 +74,7 @@ async def aanswer_inquiry(
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
     entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
-    return Answer(reply, await reply_store.record(entry, loop))
+    return Answer(reply, await journal.record(entry))
 
 
 def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
@@ -181,47 +170,3 @@ def journal_entry(
         duration_ms=(time.perf_counter() - started) * 1000,
         diagnosis=diagnosis,
     )
-
-
-def prune_due(written: int) -> bool:
-    """Count ``written`` new journal entries; whether it is time to prune.
-
-    Pruning runs every so many entries, so the reply path pays for it rarely.
-    """
-    global _unpruned
-    with _prune_lock:
-        _unpruned += written
-        if _unpruned < prune_interval(journal_cap()):
-            return False
-        _unpruned = 0
-        return True
-
-
-def prune_to_cap(newest_id: int) -> None:
-    """Keep the journal near its cap: one indexed DELETE."""
-    prune_journal(keep=journal_cap(), newest_id=newest_id)
-
-
-def journal_cap() -> int:
-    """How many of the newest journal entries pruning keeps."""
-    cap: int = settings.STATIC_AGENTS_JOURNAL_MAX
-    return cap
-
-
-prune_hooks.due = prune_due
-prune_hooks.keep = journal_cap
-prune_hooks.prune = prune_to_cap
-
-
-def prune_interval(cap: int) -> int:
-    """How many entries a process writes between prunes: about 1% of the cap.
-
-    The journal may exceed the cap by that much per process, never more.
-    """
-    return max(1, min(1000, cap // 100))
-
-
-def mark_cancelled(entry_id: int | None, outcome: str = "cancelled") -> None:
-    """Record that a stream ended early: the client left ("cancelled") or it ran too long."""
-    if entry_id is not None:
-        JournalEntry.objects.filter(pk=entry_id).update(outcome=outcome)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter
 
 from staticagents.serving.loop_local import LoopLocal
@@ -53,13 +54,21 @@ SEND_CEILING_SECONDS = 0.001
 
 
 class Pacer:
-    """Wakes the streams of one loop at their frames' times (see the module doc)."""
+    """Wakes the streams of one loop at their frames' times (see the module doc).
+
+    ``clock`` times the streams' sends and the span their share is measured over:
+    ``perf_counter`` unless a test gives another (uvloop's clock stands still for a turn).
+    """
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, hold_limit: float = HOLD_LIMIT_SECONDS
+        self,
+        loop: asyncio.AbstractEventLoop,
+        hold_limit: float = HOLD_LIMIT_SECONDS,
+        clock: Callable[[], float] = perf_counter,
     ) -> None:
         self.loop = loop
         self.hold_limit = hold_limit
+        self.clock = clock
         self.slots: dict[int, list[asyncio.Future[None]]] = {}
         # Held streams, in arrival order, each with the loop's time it begins at the latest.
         self.held: deque[tuple[asyncio.Future[None], float]] = deque()
@@ -67,7 +76,7 @@ class Pacer:
         self.late = 0.0  # how late the loop's last turn began its wake-ups, in seconds
         self.spent = 0.0  # seconds the streams' sends have taken, in all (see ``sent``)
         self.share = 0.0  # their share of the loop's time, smoothed over SHARE_WINDOW_SECONDS
-        self.measured = (perf_counter(), 0.0)  # the clock, and ``spent`` then
+        self.measured = (clock(), 0.0)  # the clock, and ``spent`` then
         self.in_turn = False  # a wake-up has run in this turn of the loop
 
     def until(self, when: float) -> asyncio.Future[None]:
@@ -104,12 +113,12 @@ class Pacer:
             self.running -= 1
 
     def sent(self, started: float) -> None:
-        """A stream's send that began at ``started`` (``perf_counter()``) is done.
+        """A stream's send that began at ``started`` (a reading of ``clock``) is done.
 
         Only a send that did not wait counts: one held up by flow control (a
         client slow to read) took the loop no time meanwhile.
         """
-        took = perf_counter() - started
+        took = self.clock() - started
         if took < SEND_CEILING_SECONDS:
             self.spent += took
 
@@ -150,7 +159,7 @@ class Pacer:
         self.in_turn = False
 
     def _measure_share(self) -> None:
-        now, spent = perf_counter(), self.spent
+        now, spent = self.clock(), self.spent
         since, spent_then = self.measured
         span = now - since
         if span >= SLOT_SECONDS:

@@ -17,15 +17,12 @@ consumer's ``disconnect``); the entry is then marked ``cancelled`` through
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from time import perf_counter
 from typing import TypeVar
-
-from channels.db import database_sync_to_async
 
 from staticagents.conf import settings
 from staticagents.core.timing import TimedFrame
 from staticagents.core.values import value_class
-from staticagents.replying.answer import mark_cancelled
+from staticagents.replying.journal import journal
 from staticagents.serving.pacer import Pacer, pacer
 
 Batch = TypeVar("Batch")  # what one write sends: bytes for SSE, messages for a WebSocket
@@ -72,7 +69,7 @@ async def send_paced(
             if start + at > clock():
                 if due:
                     batch = render(due)
-                    sending = perf_counter()
+                    sending = timer.clock()
                     await write(batch)
                     timer.sent(sending)  # a send that waited for its client is not counted
                     due = []
@@ -90,4 +87,4 @@ async def mark_ended(entry_id: int | None, outcome: str) -> None:
     """Mark a reply's journal entry as ended early: ``cancelled`` (the client left) or
     ``cut_off`` (the maximum duration)."""
     if entry_id is not None:
-        await database_sync_to_async(mark_cancelled)(entry_id, outcome)
+        await journal.mark(entry_id, outcome)

@@ -1,5 +1,8 @@
 """YAML/JSON fixtures: strict validation with paths and lines, all-or-nothing import,
-byte-stable export, and Galaxy's own fixture imported unchanged."""
+byte-stable export, and Galaxy's own fixture imported unchanged.
+
+The import and export tests start from our own Galaxy-style fixture; the two that prove
+compatibility with Galaxy's own file read it from STATIC_AGENTS_GALAXY_FIXTURE."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ from django.core.management.base import CommandError
 from staticagents.document.files import dump_fixture, load_fixture
 from staticagents.document.schema import DocumentInvalid
 from staticagents.models import Fallback, Rule, RulesetState
-from staticagents.selectors import active_ruleset, export_document
+from staticagents.replying.snapshot import active_ruleset
+from staticagents.selectors import export_document
 from staticagents.services import set_rules_enabled
-from tests.conftest import FIXTURES, GALAXY_FIXTURE
+from tests.conftest import FIXTURES, GALAXY_STYLE_FIXTURE
 
 
 def errors_of(text: str | bytes, source: str = "f.yml") -> list[str]:
@@ -105,6 +109,31 @@ def test_wrong_types_are_errors_not_coerced() -> None:
     assert any("rules[0].response.fail_first" in line for line in lines)
 
 
+def test_a_pinned_embedding_is_finite_float32_numbers_at_most_4096_of_them() -> None:
+    def pinned(values: str) -> list[str]:
+        return errors_of(f"rules:\n  - response:\n      embedding: {values}\n")
+
+    [line] = pinned("[" + ", ".join(["0.5"] * 4097) + "]")
+    assert "rules[0].response.embedding: List should have at most 4096 items" in line
+    [line] = pinned("[1, .inf]")
+    assert "rules[0].response.embedding[1]: Input should be a finite number" in line
+    [line] = pinned("[1.0e+39]")
+    assert "rules[0].response.embedding[0]: must fit a 32-bit float" in line
+    [line] = pinned("[]")
+    assert "rules[0].response.embedding: List should have at least 1 item" in line
+    [line] = pinned("[true]")
+    assert "rules[0].response.embedding[0]: Input should be a valid number" in line
+    document = load_fixture("rules:\n  - response: {embedding: [1, 0.5], template: true}\n")
+    assert document["rules"][0]["response"]["embedding"] == [1.0, 0.5]
+
+
+def test_embedding_like_is_a_non_empty_text() -> None:
+    [line] = errors_of("rules:\n  - response: {embedding_like: ''}\n")
+    assert "rules[0].response.embedding_like: String should have at least 1 character" in line
+    [line] = errors_of("rules:\n  - response: {embedding_like: 5}\n")
+    assert "rules[0].response.embedding_like: Input should be a valid string" in line
+
+
 def test_non_utf8_bytes_are_rejected_with_the_offset() -> None:
     [line] = errors_of(b"rules: []\n# \xff\xfe\n")
     assert "not UTF-8" in line and "offset 12" in line
@@ -123,9 +152,16 @@ def test_regex_with_nested_quantifier_is_rejected() -> None:
 # -- import / export -------------------------------------------------------------
 
 
+def assert_export_is_a_fixpoint(fixture: Path, tmp_path: Path) -> None:
+    call_command("import_fixture", str(fixture))
+    first = write(tmp_path, export_text(), "first.yml")
+    call_command("import_fixture", first)
+    assert export_text() == Path(first).read_text()
+
+
 @pytest.mark.django_db
-def test_galaxy_fixture_imports_unchanged() -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+def test_galaxy_fixture_imports_unchanged(galaxy_fixture: Path) -> None:
+    call_command("import_fixture", str(galaxy_fixture))
     assert Rule.objects.count() == 8
     assert Fallback.objects.get().content == "Static backend: no matching rule."
     assert active_ruleset().agent_types == [
@@ -137,17 +173,35 @@ def test_galaxy_fixture_imports_unchanged() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("fixture", [GALAXY_FIXTURE, FIXTURES / "demo.yml"])
+def test_galaxys_own_fixture_exports_as_a_byte_stable_fixpoint(
+    galaxy_fixture: Path, tmp_path: Path
+) -> None:
+    assert_export_is_a_fixpoint(galaxy_fixture, tmp_path)
+
+
+@pytest.mark.django_db
+def test_a_galaxy_style_fixture_imports_unchanged() -> None:
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
+    assert Rule.objects.count() == 8
+    assert Fallback.objects.get().content == "No rule of this fixture answers that."
+    assert active_ruleset().agent_types == [
+        "custom_tool",
+        "dataset_analyzer",
+        "error_analysis",
+        "gtn_training",
+        "router",
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("fixture", [GALAXY_STYLE_FIXTURE, FIXTURES / "demo.yml"])
 def test_export_of_import_is_a_byte_stable_fixpoint(fixture: Path, tmp_path: Path) -> None:
-    call_command("import_fixture", str(fixture))
-    first = write(tmp_path, export_text(), "first.yml")
-    call_command("import_fixture", first)
-    assert export_text() == Path(first).read_text()
+    assert_export_is_a_fixpoint(fixture, tmp_path)
 
 
 @pytest.mark.django_db
 def test_failed_import_changes_nothing(tmp_path: Path) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     before, version = export_text(), RulesetState.objects.get().version
     bad = "rules:\n  - name: ok\n    response: {}\n  - match: {query: '('}\n    response: {}\n"
     with pytest.raises(CommandError) as caught:
@@ -161,16 +215,16 @@ def test_failed_import_changes_nothing(tmp_path: Path) -> None:
 def test_dry_run_reports_and_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     before = export_text()
     call_command("import_fixture", str(FIXTURES / "demo.yml"), "--dry-run")
-    assert "would import: 10 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
+    assert "would import: 11 rule(s) created, 0 updated, 8 deleted" in capsys.readouterr().out
     assert export_text() == before
 
 
 @pytest.mark.django_db
 def test_merge_upserts_by_name_and_appends_new_rules(tmp_path: Path) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     merge = """
 rules:
   - name: router-2
@@ -190,7 +244,7 @@ rules:
 
 @pytest.mark.django_db
 def test_replace_is_the_default(tmp_path: Path) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     call_command("import_fixture", write(tmp_path, "rules:\n  - name: only\n    response: {}\n"))
     assert list(Rule.objects.values_list("name", flat=True)) == ["only"]
     assert not Fallback.objects.exists()
@@ -198,7 +252,7 @@ def test_replace_is_the_default(tmp_path: Path) -> None:
 
 @pytest.mark.django_db
 def test_export_to_a_file_or_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     capsys.readouterr()
     call_command("export_fixture")
     stdout = capsys.readouterr().out
@@ -209,7 +263,7 @@ def test_export_to_a_file_or_stdout(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_check_fixture_validates_without_a_database(capsys: pytest.CaptureFixture[str]) -> None:
-    call_command("check_fixture", str(GALAXY_FIXTURE))
+    call_command("check_fixture", str(GALAXY_STYLE_FIXTURE))
     assert "valid, 8 rule(s)" in capsys.readouterr().out
 
 
@@ -224,7 +278,7 @@ def test_check_fixture_prints_one_error_per_line(tmp_path: Path) -> None:
 
 @pytest.mark.django_db
 def test_any_change_bumps_the_version_and_the_snapshot_follows() -> None:
-    call_command("import_fixture", str(GALAXY_FIXTURE))
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     snapshot = active_ruleset()
     assert active_ruleset() is snapshot  # no rebuild without a change
     set_rules_enabled(names=["router-1"], enabled=False)

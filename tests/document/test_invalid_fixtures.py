@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from staticagents.document.files import dump_fixture
 from staticagents.selectors import export_document
-from tests.conftest import FIXTURES, GALAXY_FIXTURE
+from tests.conftest import FIXTURES, GALAXY_STYLE_FIXTURE
 
 INVALID = FIXTURES / "invalid"
 
@@ -54,6 +54,11 @@ EXPECTED: dict[str, tuple[str, int | None]] = {
     "invalid-json.json": ("invalid JSON", 1),
     "yaml-bomb.yml": ("expands to more than", None),
     "not-utf8.yml": ("not UTF-8: byte 0xe9", None),
+    "embedding-not-finite.yml": ("rules[0].response.embedding[1]: Input should be a finite", 5),
+    "embedding-all-zeros.yml": ("rules[0].response.embedding: must not be all zeros", 3),
+    "embedding-and-embedding-like.yml": ("at most one of 'embedding' and 'embedding_like'", 3),
+    "embedding-wrong-type.yml": ("fallback.embedding[0]: Input should be a valid number", 2),
+    "wrong-value-dialect.yml": ("rules[0].match.dialect: Input should be 'galaxy'", 2),
 }
 
 
@@ -63,8 +68,8 @@ def test_every_file_of_the_corpus_has_an_expectation() -> None:
 
 @pytest.fixture
 def seeded(db: None) -> str:
-    """A database holding Galaxy's fixture; returns its export to compare with later."""
-    call_command("import_fixture", str(GALAXY_FIXTURE), verbosity=0)
+    """A database holding a Galaxy-style fixture; returns its export to compare with later."""
+    call_command("import_fixture", str(GALAXY_STYLE_FIXTURE), verbosity=0)
     return dump_fixture(export_document())
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.models import JournalEntry
-from staticagents.replying.answer import answer_inquiry, prune_interval
+from staticagents.replying.answer import answer_inquiry
+from staticagents.replying.journal import prune_interval
 from tests.conftest import galaxy_query as ask
 
 LoadRules = Callable[[Any], dict[str, Any]]

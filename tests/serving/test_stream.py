@@ -37,6 +37,9 @@ class FakePacer:
     def time(self) -> float:
         return self.now
 
+    def clock(self) -> float:  # what sends are timed with
+        return self.now
+
     @contextlib.asynccontextmanager
     async def place(self) -> AsyncIterator[None]:
         self.now += self.begins_after

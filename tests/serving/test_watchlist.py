@@ -1,12 +1,17 @@
-"""The watchlist starts a watcher only for answers that run long, and then stops its timer."""
+"""The watchlist starts a watcher only for answers that run long, and then stops its timer.
+
+Both run in virtual time (``virtual_time.py``): the loop's clock moves as the test scripts
+it, however busy the machine."""
 
 from __future__ import annotations
 
 import asyncio
 
 from staticagents.serving.watchlist import Watchlist
+from tests.serving.virtual_time import in_virtual_time
 
 
+@in_virtual_time
 async def test_only_an_answer_that_runs_long_gets_its_watcher_started() -> None:
     answers = Watchlist(asyncio.get_running_loop(), after=0.02)
     started: list[str] = []
@@ -20,6 +25,7 @@ async def test_only_an_answer_that_runs_long_gets_its_watcher_started() -> None:
     assert not answers.answering and answers.timer is None  # nothing left: the timer stopped
 
 
+@in_virtual_time
 async def test_an_answer_is_watched_once_it_has_run_the_delay_and_not_before() -> None:
     loop = asyncio.get_running_loop()
     answers = Watchlist(loop, after=0.02)

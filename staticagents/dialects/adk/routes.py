@@ -22,7 +22,7 @@ from django.urls import path
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.adk.sessions import Run, StoredSession, start_run
-from staticagents.selectors import active_ruleset
+from staticagents.replying.snapshot import active_ruleset
 from staticagents.serving import access
 from staticagents.serving.route import ReplyRoute, RequestRejected, sse
 

@@ -29,7 +29,7 @@ from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.galaxy.exchanges import ExchangeNotFound
 from staticagents.dialects.galaxy.wire import GalaxyRequestInvalid
 from staticagents.replying.answer import Answer, answer_inquiry
-from staticagents.selectors import active_ruleset
+from staticagents.replying.snapshot import active_ruleset
 from staticagents.serving import access
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from staticagents.core.timing import TimedFrame
 from staticagents.dialects.gemini import wire as gemini
 from staticagents.dialects.llm.routes import AGENT_PREFIX, ModelReplyRoute, retry_headers
 from staticagents.dialects.llm.wire import Envelope, InvalidRequest
-from staticagents.selectors import current_ruleset
+from staticagents.replying.snapshot import current_ruleset
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
 from staticagents.serving.route import (
@@ -194,7 +194,7 @@ class ModelsRoute(GeminiRoute):
         if model is not None:
             await self.send_json(200, gemini.model_body(model))
         else:
-            agent_types = (await current_ruleset(self.loop)).agent_types
+            agent_types = (await current_ruleset()).agent_types
             await self.send_json(200, gemini.models_body(agent_types))
 
 

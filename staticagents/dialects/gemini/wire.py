@@ -83,9 +83,15 @@ CANONICAL_CODES = frozenset(
         "UNAUTHENTICATED",
     }
 )
-# The methods this dialect serves on a model; other methods (``:embedContent``) have routes
-# of their own, and a method nobody serves gets Google's 404.
-SUPPORTED_METHODS = ["generateContent", "streamGenerateContent", "countTokens"]
+# The methods served on every model: this dialect's, and the embeddings dialect's
+# (``dialects/embeddings``); a method nobody serves gets Google's 404.
+SUPPORTED_METHODS = [
+    "generateContent",
+    "streamGenerateContent",
+    "countTokens",
+    "embedContent",
+    "batchEmbedContents",
+]
 # Keys of a functionResponse's ``response`` that hold the tool's output on their own.
 RESULT_KEYS = ("result", "output", "content", "text")
 TOKEN_LIMITS = {"inputTokenLimit": 1_048_576, "outputTokenLimit": 65_536}

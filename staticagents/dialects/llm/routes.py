@@ -9,7 +9,6 @@ no conversation id), else the global session.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 import uuid
@@ -25,7 +24,7 @@ from staticagents.dialects.llm.wire import (
     choose_agent_type,
 )
 from staticagents.replying.answer import Answer, aanswer_inquiry
-from staticagents.selectors import current_ruleset
+from staticagents.replying.snapshot import current_ruleset
 from staticagents.serving.route import ReplyRoute, RequestRejected, parse_json_object, sse_frames
 
 # Every model-dialect route also answers under /agents/{agent_type}/ (see the module doc).
@@ -61,7 +60,6 @@ class ModelReplyRoute(ReplyRoute):
             headers=self.request_headers,
             route=self.scope.get("path", ""),
             body=body,
-            loop=self.loop,
         )
         return await self.answering(work, lambda answer: answer.entry_id)
 
@@ -101,13 +99,11 @@ async def answer_conversation(
     headers: Mapping[str, str],
     route: str,
     body: bytes,
-    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Answer:
-    """Complete the inquiry from the route and headers, then answer and journal it
-    (``loop``: the running loop, when the caller has it at hand)."""
+    """Complete the inquiry from the route and headers, then answer and journal it."""
     header = headers.get("x-agent-type")
     # Only a request that names no agent type needs the rule snapshot to read its model.
-    ruleset = None if (prefix or header) else await current_ruleset(loop)
+    ruleset = None if (prefix or header) else await current_ruleset()
     known = ruleset.agent_types if ruleset is not None else ()
     agent_type = choose_agent_type(
         prefix=prefix, header=header, model=conversation.model, known=known
@@ -115,7 +111,7 @@ async def answer_conversation(
     inquiry = conversation.inquiry(
         dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
     )
-    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset, loop=loop)
+    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
 
 
 def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:

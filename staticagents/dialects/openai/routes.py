@@ -17,7 +17,7 @@ from staticagents.dialects.llm.routes import (
     retry_headers,
 )
 from staticagents.dialects.openai import wire as openai
-from staticagents.selectors import current_ruleset
+from staticagents.replying.snapshot import current_ruleset
 from staticagents.serving import access
 from staticagents.serving.route import RequestRejected
 

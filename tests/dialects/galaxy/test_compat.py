@@ -5,21 +5,29 @@ backend; Galaxy's ``lib/galaxy_test/api/test_agents.py`` then asserts the
 answers below (its "static" branch). Here they run against the service the
 pytest plugin runs, with Galaxy's fixture installed through its client; every
 request carries the test's session, which keeps each test's chat history apart.
+
+Galaxy's file is a third party's: its path comes from STATIC_AGENTS_GALAXY_FIXTURE
+(``.ci/run`` sets it when the file is beside the checkout). Without it these
+tests are skipped, and under ``CI=true`` they fail (``galaxy_fixture`` in conftest).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from staticagents.testing.client import StaticAgentsClient
-from tests.conftest import GALAXY_FIXTURE
 
-pytestmark = pytest.mark.static_agents_fixture(GALAXY_FIXTURE)
+
+@pytest.fixture
+def static_agents_fixture(galaxy_fixture: Path) -> Path:
+    """Every test here starts from Galaxy's own fixture (the plugin's fixture, overridden)."""
+    return galaxy_fixture
 
 
 @pytest.fixture

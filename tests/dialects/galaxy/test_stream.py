@@ -130,9 +130,14 @@ def test_the_text_arrives_on_the_rules_schedule(api: httpx.Client) -> None:
         for line in reply.iter_lines():
             if line.startswith("event: delta"):
                 arrivals.append(time.perf_counter() - started)
+    scripted = [0.1, 0.15, 0.2, 0.25]  # first_delay_ms, then word_delay_ms between words
     assert len(arrivals) == 4
-    assert arrivals[0] >= 0.09  # first_delay_ms
-    assert 0.13 <= arrivals[-1] - arrivals[0] < 0.6  # three word delays of 50 ms
+    # Never before its time, counted from before the request: a busy machine only adds to it.
+    assert all(arrived >= due for arrived, due in zip(arrivals, scripted, strict=True)), arrivals
+    # Nor long after: the words keep the script's spacing, give or take what the same run
+    # showed the machine can hold a word back (the first one's lateness), and at least 0.45 s.
+    slack = max(0.45, arrivals[0] - scripted[0])
+    assert arrivals[-1] - arrivals[0] < scripted[-1] - scripted[0] + slack, arrivals
 
 
 def test_thinking_streams_before_the_answer_and_stays_out_of_the_response(
@@ -227,7 +232,7 @@ def test_a_stream_past_the_maximum_duration_is_cut_off_with_an_error_result(
     settings.STATIC_AGENTS_MAX_STREAM_SECONDS = 0.3
     started = time.perf_counter()
     events = stream(api, {"query": "#slow"}, agent_type="router")
-    assert time.perf_counter() - started < 1.5
+    assert time.perf_counter() - started < 3  # long before the 6 s the script would take
     [result] = only(events, "result")
     assert result["error_code"] == 504
     assert [event for event, _ in events][-1] == "done"

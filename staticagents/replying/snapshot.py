@@ -1,0 +1,166 @@
+"""The ruleset snapshot: the compiled, immutable rules that every reply is answered from.
+
+The snapshot is built from the stored rules once per version of them and kept
+in this process. The version is the stamp in ``RulesetState``, which every
+write to the rules changes, so each worker notices an edit made through any
+other on its next request: a request reads the stamp (one indexed read) and
+rebuilds only when it changed.
+
+``active_ruleset()`` is for code in a thread (it reads the stamp on the thread's
+Django connection); ``await current_ruleset()`` for the event loop, where many
+requests want the stamp at once, so the reads are shared:
+
+* on a SQLite file, the loop reads it on a connection of its own, once per turn
+  of the loop (a read takes microseconds and never waits, in WAL mode);
+* otherwise (or while the file is busy), one thread reads it once per round
+  for every request waiting.
+
+Either way the read starts after the request arrived, so an edit committed
+before a request arrived is seen by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import weakref
+
+from asgiref.sync import sync_to_async
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+
+from staticagents.conf import settings
+from staticagents.core.matching import Ruleset, compile_ruleset
+from staticagents.models import RulesetState
+from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
+from staticagents.selectors import stored_document
+
+# Raw SQL: it runs on every request, and the ORM would cost it ten times over.
+STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
+
+_snapshot: Ruleset | None = None
+_snapshot_lock = threading.Lock()
+
+
+def ruleset_stamp() -> str:
+    """The stamp of the rules as the database holds them now (one indexed read)."""
+    with connection.cursor() as cursor:
+        cursor.execute(STAMP_SQL)
+        row = cursor.fetchone()
+    return str(row[0]) if row else ""
+
+
+def active_ruleset() -> Ruleset:
+    """The snapshot of the rules as they are now; rebuilt only when their stamp changed."""
+    global _snapshot
+    current = _snapshot
+    if current is not None and current.stamp == ruleset_stamp():
+        return current
+    with _snapshot_lock:
+        if _snapshot is not None and _snapshot.stamp == ruleset_stamp():
+            return _snapshot
+        _snapshot = build_ruleset()
+        return _snapshot
+
+
+async def current_ruleset() -> Ruleset:
+    """``active_ruleset`` for the event loop: the stamp read is shared with other requests'."""
+    stamp = _stamps.read_on_loop()
+    if stamp is None:
+        stamp = await _stamps.thread.submit(None)
+    current = _snapshot
+    if current is not None and current.stamp == stamp:
+        return current
+    return await sync_to_async(active_ruleset, thread_sensitive=False)()
+
+
+def build_ruleset() -> Ruleset:
+    """Compile the stored rules, with the stamp they were read at."""
+    with transaction.atomic():  # one consistent read: never half an old fixture
+        stamp = ruleset_stamp()
+        document = stored_document()
+    defaults = dict(document["defaults"])
+    defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
+    return compile_ruleset(
+        stamp=stamp,
+        rules=document["rules"],
+        defaults=defaults,
+        fallback=document["fallback"],
+        window=settings.STATIC_AGENTS_MATCH_WINDOW,
+    )
+
+
+def server_stream_defaults() -> dict[str, int]:
+    """Stream timing from the server's settings: the base under defaults.stream and rules."""
+    return {
+        "first_delay_ms": settings.STATIC_AGENTS_FIRST_DELAY_MS,
+        "word_delay_ms": settings.STATIC_AGENTS_WORD_DELAY_MS,
+    }
+
+
+class _LoopStamp:
+    """The stamp on one event loop, read on the loop's own connection to the SQLite file.
+
+    A read schedules its own expiry (``call_soon``). Callbacks run in the order
+    they were scheduled, so every request that reuses the value was scheduled
+    to run, and so had arrived, before the value was read.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.connection = connect_sqlite(connections[DEFAULT_DB_ALIAS], configure=False)
+        self.value: str | None = None
+
+    def read(self) -> str:
+        if self.value is None:
+            row = self.connection.execute(STAMP_SQL).fetchone()
+            self.value = str(row[0]) if row else ""
+            self.loop.call_soon(self._expire)
+        return self.value
+
+    def _expire(self) -> None:
+        self.value = None
+
+
+def _read_stamps(waiting: list[None]) -> list[str]:
+    """One round of the stamp thread: one read for everyone waiting."""
+    return [ruleset_stamp()] * len(waiting)
+
+
+class _Stamps:
+    """Where the event loop reads the stamp (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.thread: RoundThread[None, str] = RoundThread(_read_stamps, name="static-agents-stamp")
+        self.loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopStamp | None] = (
+            weakref.WeakKeyDictionary()
+        )
+        # The loop asked for last, beside the weak mapping: a server runs one loop.
+        self.last: tuple[asyncio.AbstractEventLoop, _LoopStamp | None] | None = None
+
+    def read_on_loop(self) -> str | None:
+        """The stamp, read on this loop's connection; None when the thread must read it
+        (no SQLite file, or a busy one)."""
+        reader = self._on_loop()
+        if reader is None:
+            return None
+        try:
+            return reader.read()
+        except sqlite3.OperationalError:
+            return None
+
+    def _on_loop(self) -> _LoopStamp | None:
+        loop = asyncio.get_running_loop()
+        last = self.last
+        if last is not None and last[0] is loop:
+            return last[1]
+        if loop in self.loops:
+            reader = self.loops[loop]
+        else:
+            file = sqlite_file(connections[DEFAULT_DB_ALIAS])
+            reader = self.loops[loop] = _LoopStamp(loop) if file else None
+        self.last = (loop, reader)
+        return reader
+
+
+_stamps = _Stamps()

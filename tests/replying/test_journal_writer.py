@@ -1,0 +1,336 @@
+"""The journal writer on each of its backends: a SQLite file (the event loop's group
+commit, and a thread's own connection) and PostgreSQL (the database thread).
+
+The PostgreSQL tests run on a database of their own, created on the server named
+by STATIC_AGENTS_TEST_POSTGRES_URL; without it they are skipped, and under CI
+they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import decimal
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, transaction
+from django.test.utils import isolate_apps
+
+from staticagents.models import JournalEntry
+from staticagents.replying import journal as journal_module
+from staticagents.replying.journal import JournalWriter
+from staticagents.settings import database_config
+
+POSTGRES = os.environ.get("STATIC_AGENTS_TEST_POSTGRES_URL", "")
+
+# The writer commits on connections of its own: the test database must not be
+# held in a transaction of the test's (and a fixture asked for by name would be).
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def entry(query: str, **fields: Any) -> dict[str, Any]:
+    """A journal row as the reply path builds it (absent fields take their defaults)."""
+    row = dict(dialect="openai", route="/v1/chat/completions", session="writer")
+    return {**row, "agent_type": "router", "query": query, "outcome": "answered", **fields}
+
+
+def stored(writer: JournalWriter) -> list[tuple[int, str, str]]:
+    rows = JournalEntry.objects.using(writer.using).order_by("id")
+    return list(rows.values_list("id", "query", "outcome"))
+
+
+def record_together(writer: JournalWriter, entries: list[dict[str, Any]]) -> list[Any]:
+    """Record every entry at once, from one event loop; each one's id or error, in order."""
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*(writer.record(e) for e in entries), return_exceptions=True)
+
+    return asyncio.run(run())
+
+
+def record_one_by_one(writer: JournalWriter, entries: list[dict[str, Any]]) -> list[int]:
+    async def run() -> list[int]:
+        return [await writer.record(e) for e in entries]
+
+    return asyncio.run(run())
+
+
+# -- the backends ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_writer() -> Iterator[JournalWriter]:
+    """A writer on the test database, a SQLite file: the event loop's group commit."""
+    writer = JournalWriter()
+    yield writer
+    writer.close()
+
+
+def postgres_url() -> str:
+    if not POSTGRES:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide STATIC_AGENTS_TEST_POSTGRES_URL")
+        pytest.skip("STATIC_AGENTS_TEST_POSTGRES_URL is not set: no PostgreSQL to write to")
+    return POSTGRES
+
+
+@pytest.fixture
+def postgres_alias(django_db_blocker: Any) -> Iterator[str]:
+    """A fresh PostgreSQL database, dropped afterwards; its name is its alias."""
+    import psycopg
+
+    server = postgres_url()
+    name = f"sa_journal_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    config = database_config(server.rsplit("/", 1)[0] + "/" + name)
+    default = dict(connections.settings[DEFAULT_DB_ALIAS])
+    connections.settings[name] = connections.configure_settings(
+        {DEFAULT_DB_ALIAS: default, name: config}
+    )[name]
+    try:
+        with django_db_blocker.unblock():
+            yield name
+            connections[name].close()
+            connections[name].close_pool()  # type: ignore[attr-defined]
+    finally:
+        del connections.settings[name]
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_writer(postgres_alias: str) -> Iterator[JournalWriter]:
+    """A writer on its own PostgreSQL database: the database thread."""
+    with connections[postgres_alias].schema_editor() as editor:
+        editor.create_model(JournalEntry)
+    writer = JournalWriter(using=postgres_alias)
+    yield writer
+    writer.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def writer(request: pytest.FixtureRequest) -> JournalWriter:
+    """Each backend in turn."""
+    found: JournalWriter = request.getfixturevalue(f"{request.param}_writer")
+    return found
+
+
+# -- rows, ids and marks --------------------------------------------------------------
+
+
+def test_rows_recorded_together_are_committed_with_their_ids_in_order(
+    writer: JournalWriter,
+) -> None:
+    ids = record_together(writer, [entry(f"q{n}") for n in range(30)])
+    assert ids == sorted(ids) and len(set(ids)) == 30
+    assert stored(writer) == [(pk, f"q{n}", "answered") for n, pk in enumerate(ids)]
+
+
+def test_an_id_names_its_own_row_across_rounds(writer: JournalWriter) -> None:
+    first = record_one_by_one(writer, [entry("a"), entry("b")])
+    second = record_together(writer, [entry("c"), entry("d")])
+    rows = {pk: query for pk, query, _ in stored(writer)}
+    assert [rows[pk] for pk in [*first, *second]] == ["a", "b", "c", "d"]
+
+
+def test_absent_fields_take_their_defaults(writer: JournalWriter) -> None:
+    before = datetime.datetime.now(datetime.UTC)
+    [pk] = record_one_by_one(writer, [entry("defaults")])
+    row = JournalEntry.objects.using(writer.using).get(pk=pk)
+    assert (row.model, row.body, row.headers, row.rule, row.status) == ("", "", {}, None, 200)
+    assert (row.diagnosis, row.counted, row.duration_ms) == (None, True, 0)
+    assert before <= row.created_at <= datetime.datetime.now(datetime.UTC)
+
+
+def test_json_columns_round_trip(writer: JournalWriter) -> None:
+    headers = {"authorization": "Bearer ***", "x-list": [1, 2.5, None, "ü"]}
+    diagnosis = [{"rule": "r", "matched": False, "predicate": "query", "reason": "no"}]
+    [pk] = record_one_by_one(writer, [entry("json", headers=headers, diagnosis=diagnosis)])
+    row = JournalEntry.objects.using(writer.using).get(pk=pk)
+    assert (row.headers, row.diagnosis) == (headers, diagnosis)
+
+
+def test_a_mark_sets_the_outcome_of_its_entry_only(writer: JournalWriter) -> None:
+    async def run() -> None:
+        ids = [await writer.record(entry(f"q{n}")) for n in range(3)]
+        await writer.mark(ids[1], "cancelled")
+        await writer.mark(None, "cut_off")  # no entry (the journal is off): nothing to do
+
+    asyncio.run(run())
+    assert [outcome for _, _, outcome in stored(writer)] == ["answered", "cancelled", "answered"]
+
+
+def test_record_now_writes_on_the_callers_connection_and_in_its_transaction(
+    writer: JournalWriter,
+) -> None:
+    kept = writer.record_now(entry("kept"))
+    with pytest.raises(RuntimeError), transaction.atomic(using=writer.using):
+        writer.record_now(entry("rolled back"))
+        raise RuntimeError("the caller's transaction fails")
+    assert stored(writer) == [(kept, "kept", "answered")]
+
+
+# -- the cap ----------------------------------------------------------------------------
+
+
+def test_the_cap_keeps_the_newest_entries_as_rows_are_committed(
+    writer: JournalWriter, settings: Any
+) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX = 10  # prunes every entry (1% of the cap, at least 1)
+    record_one_by_one(writer, [entry(f"q{n}") for n in range(25)])
+    assert [query for _, query, _ in stored(writer)] == [f"q{n}" for n in range(15, 25)]
+
+
+def test_the_cap_holds_for_a_round_of_many_rows(writer: JournalWriter, settings: Any) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX = 10
+    record_together(writer, [entry(f"q{n}") for n in range(25)])
+    assert [query for _, query, _ in stored(writer)] == [f"q{n}" for n in range(15, 25)]
+
+
+def test_the_cap_holds_for_rows_written_from_a_thread(writer: JournalWriter, settings: Any) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX = 10
+    for n in range(25):
+        writer.record_now(entry(f"q{n}"))
+    assert [query for _, query, _ in stored(writer)] == [f"q{n}" for n in range(15, 25)]
+
+
+def test_a_large_cap_prunes_every_hundredth_of_it(writer: JournalWriter, settings: Any) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX = 500  # a prune every 5 entries
+    record_one_by_one(writer, [entry(f"q{n}") for n in range(4)])
+    writer.record_now(entry("q4"))
+    assert len(stored(writer)) == 5  # under the cap: nothing pruned
+
+
+# -- a crash between rows ------------------------------------------------------------------
+
+
+def test_a_round_with_a_failing_row_writes_nothing_and_fails_every_request_in_it(
+    writer: JournalWriter,
+) -> None:
+    # 250 rows: two statements (200 + 50); the second fails after the first went in.
+    entries = [entry(f"q{n}") for n in range(250)]
+    entries[230] = {**entry("broken"), "query": None}  # NOT NULL
+    outcomes = record_together(writer, entries)
+    assert all(isinstance(outcome, IntegrityError) for outcome in outcomes)
+    assert stored(writer) == []
+    [pk] = record_one_by_one(writer, [entry("afterwards")])
+    assert stored(writer) == [(pk, "afterwards", "answered")]
+
+
+def test_a_failing_row_from_a_thread_raises_and_writes_nothing(writer: JournalWriter) -> None:
+    with pytest.raises(IntegrityError):
+        writer.record_now({**entry("broken"), "query": None})
+    pk = writer.record_now(entry("afterwards"))
+    assert stored(writer) == [(pk, "afterwards", "answered")]
+
+
+def test_a_connection_dropped_mid_round_is_replaced_and_the_round_written_once(
+    postgres_writer: JournalWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    inserts = journal_module._Table.inserts
+    dropped: list[bool] = []
+
+    def drop_after_first_statement(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        for number, statement in enumerate(inserts(self, *args, **kwargs)):
+            if number == 1 and not dropped:  # the first statement went in: lose the connection
+                dropped.append(True)
+                with psycopg.connect(POSTGRES, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                        " WHERE datname = %s",
+                        [postgres_writer.using],
+                    )
+            yield statement
+
+    monkeypatch.setattr(journal_module._Table, "inserts", drop_after_first_statement)
+    connections[postgres_writer.using].close()  # this thread's connection is not the one to drop
+    ids = record_together(postgres_writer, [entry(f"q{n}") for n in range(250)])
+    assert dropped
+    assert all(isinstance(pk, int) for pk in ids) and ids == sorted(ids)
+    assert stored(postgres_writer) == [(pk, f"q{n}", "answered") for n, pk in enumerate(ids)]
+    [pk] = record_one_by_one(postgres_writer, [entry("afterwards")])
+    assert stored(postgres_writer)[-1] == (pk, "afterwards", "answered")
+
+
+def test_a_round_waits_for_a_write_lock_held_by_another_connection(
+    sqlite_writer: JournalWriter,
+) -> None:
+    blocker = sqlite3.connect(connections[DEFAULT_DB_ALIAS].settings_dict["NAME"], timeout=0)
+    blocker.isolation_level = None
+
+    async def run() -> int:
+        blocker.execute("BEGIN IMMEDIATE")  # another process's write lock
+        waiting = asyncio.ensure_future(sqlite_writer.record(entry("patient")))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # the round is tried again, never failed
+        blocker.execute("COMMIT")
+        return await waiting
+
+    try:
+        pk = asyncio.run(run())
+    finally:
+        blocker.close()
+    assert stored(sqlite_writer) == [(pk, "patient", "answered")]
+
+
+# -- every column as Django stores it ------------------------------------------------------
+
+
+@pytest.fixture
+def probe_model() -> Iterator[type[models.Model]]:
+    """A table with columns of types the journal does not have (yet)."""
+    with isolate_apps("staticagents"):
+
+        class Probe(models.Model):
+            amount = models.DecimalField(max_digits=8, decimal_places=3)
+            token = models.UUIDField()
+            elapsed = models.DurationField()
+            day = models.DateField()
+            added = models.DateField(auto_now_add=True)
+            note = models.CharField(max_length=20, default="plain")
+
+            class Meta:
+                app_label = "staticagents"
+                db_table = "staticagents_journal_probe"
+
+            def __str__(self) -> str:
+                return f"probe {self.pk}"
+
+        yield Probe
+
+
+@pytest.mark.parametrize("way", ["sqlite loop", "sqlite thread", "postgres"])
+def test_columns_of_any_type_are_stored_as_django_stores_them(
+    way: str, probe_model: type[models.Model], request: pytest.FixtureRequest
+) -> None:
+    using = request.getfixturevalue("postgres_alias") if way == "postgres" else DEFAULT_DB_ALIAS
+    with connections[using].schema_editor() as editor:
+        editor.create_model(probe_model)
+    try:
+        writer = JournalWriter(probe_model, using=using)
+        values = {
+            "amount": decimal.Decimal("12.345"),
+            "token": uuid.uuid4(),
+            "elapsed": datetime.timedelta(days=1, microseconds=7),
+            "day": datetime.date(2024, 2, 29),
+        }
+        record: Callable[[dict[str, Any]], int] = writer.record_now
+        if way != "sqlite thread":
+            record = lambda row: record_one_by_one(writer, [row])[0]  # noqa: E731
+        today = datetime.date.today()
+        pk = record(values)
+        writer.close()
+        row = probe_model.objects.using(using).values().get(pk=pk)
+        assert row == {**values, "id": pk, "added": row["added"], "note": "plain"}
+        assert today <= row["added"] <= datetime.date.today()
+    finally:
+        with connections[using].schema_editor() as editor:
+            editor.delete_model(probe_model)
