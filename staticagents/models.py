@@ -275,7 +275,17 @@ class JournalEntry(models.Model):
     """One inquiry that reached a reply route, and what the service did with it."""
 
     OUTCOMES = [
-        (o, o) for o in ("answered", "error", "failed_first", "cancelled", "cut_off", "rejected")
+        (o, o)
+        for o in (
+            "answered",
+            "error",
+            "failed_first",
+            "cancelled",
+            "cut_off",
+            "rejected",
+            "unknown_route",
+            "fault",
+        )
     ]
 
     # Only ``session`` is indexed: every index is paid on each insert, on the reply
@@ -283,6 +293,9 @@ class JournalEntry(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     dialect = models.CharField(max_length=20)
     route = models.CharField(max_length=300)
+    method = models.CharField(
+        max_length=10, blank=True, default="", help_text="The HTTP method (unknown routes only)"
+    )
     session = models.CharField(max_length=200, db_index=True)
     agent_type = models.CharField(max_length=200)
     model = models.CharField(max_length=200, blank=True, default="")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -138,9 +139,10 @@ def _from_snapshot(
     content = rendered.content
     if response.get("template"):
         content = _substitute(content, inquiry)
-        usage = _usage(response.get("usage"), inquiry, content)
+        output = count_output_tokens(content, rendered.tool_calls)
+        usage = _usage(response.get("usage"), inquiry, output)
     elif "usage" in response:
-        usage = _usage(response["usage"], inquiry, content)
+        usage = _usage(response["usage"], inquiry, rendered.usage.output_tokens)
     else:  # the content's own count is the snapshot's
         asked = count_tokens(inquiry.system) + count_tokens(inquiry.query)
         usage = Usage(asked, rendered.usage.output_tokens)
@@ -218,9 +220,9 @@ def render_response(
         error=error,
         retry_after=response.get("retry_after"),
         timing=_timing(response.get("stream"), defaults.get("stream")),
-        usage=_usage(response.get("usage"), inquiry, content)
+        usage=_usage(response.get("usage"), inquiry, count_output_tokens(content, tool_calls))
         if inquiry
-        else Usage(0, count_tokens(content)),
+        else Usage(0, count_output_tokens(content, tool_calls)),
         embedding=tuple(response["embedding"]) if "embedding" in response else None,
         embedding_like=response.get("embedding_like"),
         rule=rule_name,
@@ -231,6 +233,16 @@ def render_response(
 def count_tokens(text: str) -> int:
     """A deterministic token estimate: whitespace-separated words."""
     return len(text.split())
+
+
+def count_output_tokens(content: str, tool_calls: Sequence[ToolCall] = ()) -> int:
+    """The reply's output estimate: its text, plus each tool call's name and its
+    arguments serialized as JSON, counted as text is (``count_tokens``)."""
+    calls = sum(
+        count_tokens(call.name) + count_tokens(json.dumps(call.arguments, sort_keys=True))
+        for call in tool_calls
+    )
+    return count_tokens(content) + calls
 
 
 def _with_outcome(reply: Reply, outcome: str) -> Reply:
@@ -289,10 +301,8 @@ def _timing(spec: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -
     )
 
 
-def _usage(spec: Mapping[str, Any] | None, inquiry: Inquiry, content: str) -> Usage:
-    computed = Usage(
-        count_tokens(inquiry.system) + count_tokens(inquiry.query), count_tokens(content)
-    )
+def _usage(spec: Mapping[str, Any] | None, inquiry: Inquiry, output: int) -> Usage:
+    computed = Usage(count_tokens(inquiry.system) + count_tokens(inquiry.query), output)
     if not spec:
         return computed
     return Usage(

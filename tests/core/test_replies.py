@@ -136,6 +136,18 @@ def test_usage_is_counted_unless_scripted() -> None:
     assert (scripted.usage.input_tokens, scripted.usage.output_tokens) == (7, 9)
 
 
+def test_tool_calls_count_their_name_and_serialized_arguments_as_output() -> None:
+    call = {"name": "lookup", "arguments": {"city": "Paris", "days": 3}}
+    # "lookup" is 1; '{"city": "Paris", "days": 3}' is 4 whitespace-separated words.
+    assert reply_for({"tool_calls": [call]}).usage.output_tokens == 5
+    both = reply_for({"content": "let me look", "tool_calls": [call, {"name": "noop"}]})
+    assert both.usage.output_tokens == 3 + 5 + 2  # noop's arguments are "{}"
+    templated = reply_for({"content": "$query", "template": True, "tool_calls": [call]})
+    assert templated.usage.output_tokens == 1 + 5
+    scripted = reply_for({"tool_calls": [call], "usage": {"output_tokens": 42}})
+    assert scripted.usage.output_tokens == 42
+
+
 def test_chunks_concatenate_back_to_the_text() -> None:
     text = "Hello,  world!\nSecond line "
     for chunk in ("word", "char", 4):

@@ -35,7 +35,9 @@ from staticagents.core.inquiry import session_key
 from staticagents.core.timing import TimedFrame
 from staticagents.dialects.websocket import wire as dialect
 from staticagents.replying.answer import Answer, aanswer_inquiry
+from staticagents.replying.journal import journal
 from staticagents.serving import access
+from staticagents.serving.fallback import unknown_route_entry
 from staticagents.serving.stream import mark_ended, send_paced
 
 log = logging.getLogger(__name__)
@@ -133,10 +135,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     @property
     def handshake_headers(self) -> dict[str, str]:
-        return {
-            k.decode("latin-1").lower(): v.decode("latin-1")
-            for k, v in self.scope.get("headers", [])
-        }
+        return handshake_headers(self.scope)
+
+
+def handshake_headers(scope: dict[str, Any]) -> dict[str, str]:
+    """The handshake's headers, names lower-cased."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
 def messages(frames: list[TimedFrame]) -> list[str]:
@@ -151,7 +155,11 @@ class UnknownPathConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         await self.accept()
-        message = f"Unknown WebSocket path {self.scope.get('path', '')}: the chat is at {ROUTE}"
+        path = self.scope.get("path", "")
+        entry = unknown_route_entry("GET", path, handshake_headers(self.scope), dialect="websocket")
+        if entry is not None:
+            await journal.record(entry)
+        message = f"Unknown WebSocket path {path}: the chat is at {ROUTE}"
         event = dialect.error_event("not_found", message, 404)
         await self.send(text_data=orjson.dumps(event).decode())
         await self.close(code=CLOSE_NOT_FOUND)
