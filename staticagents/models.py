@@ -69,6 +69,12 @@ class ResponseFields(models.Model):
     stream = models.JSONField(
         null=True, blank=True, help_text="{first_delay_ms, word_delay_ms, chunk}"
     )
+    fault = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="{after_chunks, kind}: a stream that fails midway (disconnect, malformed, "
+        "error_event, stall)",
+    )
     usage = models.JSONField(null=True, blank=True, help_text="{input_tokens, output_tokens}")
     embedding = models.JSONField(
         null=True, blank=True, help_text="[numbers]: the vector of the texts this rule matches"

@@ -75,6 +75,7 @@ RESPONSE_FIELDSETS: _FieldsetSpec = [
                 "fail_first",
                 "template",
                 "stream",
+                "fault",
                 "usage",
             ],
             "description": "Optional: tool calls, scripted errors, flaky answers and timing.",

@@ -45,6 +45,14 @@ class Timing:
 
 
 @dataclass(frozen=True, slots=True)
+class Fault:
+    """A stream that fails after ``after_chunks`` of its events (``serving/stream.py``)."""
+
+    after_chunks: int
+    kind: str  # disconnect | malformed | error_event | stall
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     input_tokens: int
     output_tokens: int
@@ -66,6 +74,7 @@ class Reply:
     error: ReplyError | None = None
     retry_after: float | None = None
     timing: Timing = Timing()
+    fault: Fault | None = None  # a stream's scripted failure midway
     usage: Usage = Usage(0, 0)
     embedding: tuple[float, ...] | None = None  # a pinned vector, for an embeddings request
     embedding_like: str | None = None  # or: the text whose vector to give
@@ -159,6 +168,7 @@ def _from_snapshot(
         error=rendered.error,
         retry_after=rendered.retry_after,
         timing=rendered.timing,
+        fault=rendered.fault,
         usage=usage,
         embedding=rendered.embedding,
         embedding_like=rendered.embedding_like,
@@ -220,6 +230,7 @@ def render_response(
         error=error,
         retry_after=response.get("retry_after"),
         timing=_timing(response.get("stream"), defaults.get("stream")),
+        fault=_fault(response.get("fault")),
         usage=_usage(response.get("usage"), inquiry, count_output_tokens(content, tool_calls))
         if inquiry
         else Usage(0, count_output_tokens(content, tool_calls)),
@@ -299,6 +310,12 @@ def _timing(spec: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -
         word_delay_ms=int(merged.get("word_delay_ms", 0)),
         chunk=merged.get("chunk", "word"),
     )
+
+
+def _fault(spec: Mapping[str, Any] | None) -> Fault | None:
+    if not spec:
+        return None
+    return Fault(after_chunks=int(spec["after_chunks"]), kind=str(spec["kind"]))
 
 
 def _usage(spec: Mapping[str, Any] | None, inquiry: Inquiry, output: int) -> Usage:

@@ -136,6 +136,13 @@ class ToolCallSpec(Strict):
     id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
+class FaultSpec(Strict):
+    """A stream that fails after ``after_chunks`` of its events (``serving/stream.py``)."""
+
+    after_chunks: int = Field(ge=0, le=100_000)
+    kind: Literal["disconnect", "malformed", "error_event", "stall"]
+
+
 class UsageSpec(Strict):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
@@ -176,6 +183,7 @@ class ResponseSpec(Strict):
     fail_first: int | None = Field(default=None, ge=0)
     template: bool | None = None
     stream: StreamSpec | None = None
+    fault: FaultSpec | None = None
     usage: UsageSpec | None = None
     embedding: list[EmbeddingValue] | None = Field(
         default=None, min_length=1, max_length=MAX_DIMENSIONS

@@ -6,7 +6,7 @@ from typing import Any
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import compile_ruleset, match_inquiry
-from staticagents.core.replies import Step, Timing, build_reply
+from staticagents.core.replies import Fault, Step, Timing, build_reply
 from staticagents.core.timing import chunk_text, plan_stream
 
 
@@ -146,6 +146,12 @@ def test_tool_calls_count_their_name_and_serialized_arguments_as_output() -> Non
     assert templated.usage.output_tokens == 1 + 5
     scripted = reply_for({"tool_calls": [call], "usage": {"output_tokens": 42}})
     assert scripted.usage.output_tokens == 42
+
+
+def test_a_fault_is_carried_as_scripted_and_absent_otherwise() -> None:
+    reply = reply_for({"content": "x", "fault": {"after_chunks": 2, "kind": "stall"}})
+    assert reply.fault == Fault(after_chunks=2, kind="stall")
+    assert reply_for({"content": "x"}).fault is None
 
 
 def test_chunks_concatenate_back_to_the_text() -> None:

@@ -32,13 +32,14 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.urls import path, re_path
 
 from staticagents.core.inquiry import session_key
+from staticagents.core.replies import Fault
 from staticagents.core.timing import TimedFrame
 from staticagents.dialects.websocket import wire as dialect
 from staticagents.replying.answer import Answer, aanswer_inquiry
 from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.fallback import unknown_route_entry
-from staticagents.serving.stream import mark_ended, send_paced
+from staticagents.serving.stream import Faulted, mark_ended, send_paced
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ QUEUE_LIMIT = 32
 # Application close codes (4000-4999) that mirror HTTP statuses, as graphql-ws does.
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_FAULT = 1011  # a scripted ``disconnect`` fault: the server gave up midway
 
 Frame = tuple[str | None, bytes | None]
 
@@ -120,13 +122,33 @@ class ChatConsumer(AsyncWebsocketConsumer):
         answer: Answer = await aanswer_inquiry(inquiry, route=ROUTE, body=body)
         self.entry_id = answer.entry_id
         events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
-        await self.stream(events, message.request_id)
+        await self.stream(events, message.request_id, answer.reply.fault)
 
-    async def stream(self, events: Sequence[TimedFrame], request_id: str | int | None) -> None:
+    async def stream(
+        self, events: Sequence[TimedFrame], request_id: str | int | None, fault: Fault | None
+    ) -> None:
         """Send the events on their schedule (``serving/stream.py``); a stream that the
-        maximum duration cuts off ends with an ``error`` event naming the limit."""
-        stopped = await send_paced(events, messages, self.send_messages, entry_id=self.entry_id)
-        if stopped is not None:
+        maximum duration cuts off ends with an ``error`` event naming the limit.
+
+        A scripted ``fault`` stops the stream after its events (the socket stays
+        open, the conversation can go on), or closes the socket (``disconnect``).
+        """
+
+        def fault_frame(at: float) -> TimedFrame:
+            return TimedFrame(at, dialect.fault_event(request_id))
+
+        stopped = await send_paced(
+            events,
+            messages,
+            self.send_messages,
+            entry_id=self.entry_id,
+            fault=fault,
+            error_frame=fault_frame,
+        )
+        if isinstance(stopped, Faulted):
+            if stopped.kind == "disconnect":
+                await self.close(code=CLOSE_FAULT)
+        elif stopped is not None:
             await self.send_event(dialect.cut_off_event(stopped.limit, request_id))
 
     async def send_messages(self, texts: list[str]) -> None:
