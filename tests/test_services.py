@@ -32,7 +32,7 @@ from staticagents.models import (
     RulesetState,
     SessionCounter,
 )
-from staticagents.selectors import active_ruleset, ruleset_stamp
+from staticagents.replying.snapshot import active_ruleset, ruleset_stamp
 from staticagents.services import (
     create_rule,
     delete_rule,
