@@ -75,6 +75,11 @@ class ResponseFields(models.Model):
         help_text="{after_chunks, kind}: a stream that fails midway (disconnect, malformed, "
         "error_event, stall)",
     )
+    chaos = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="{probability, kinds, seed, after_chunks}: faults drawn per request",
+    )
     usage = models.JSONField(null=True, blank=True, help_text="{input_tokens, output_tokens}")
     embedding = models.JSONField(
         null=True, blank=True, help_text="[numbers]: the vector of the texts this rule matches"

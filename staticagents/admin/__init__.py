@@ -76,6 +76,7 @@ RESPONSE_FIELDSETS: _FieldsetSpec = [
                 "template",
                 "stream",
                 "fault",
+                "chaos",
                 "usage",
             ],
             "description": "Optional: tool calls, scripted errors, flaky answers and timing.",

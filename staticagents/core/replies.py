@@ -88,6 +88,7 @@ class Step:
 
     index: int = 0  # position in the rule's responses (past the end: exhausted)
     failing: bool = False  # a fail_first attempt that must fail
+    request: int = 0  # a chaos response's request number in the session (from 1)
 
 
 def select_response(rule: CompiledRule, step: Step) -> Mapping[str, Any] | None:
@@ -101,6 +102,32 @@ def select_response(rule: CompiledRule, step: Step) -> Mapping[str, Any] | None:
 
 def build_reply(
     ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step = Step()
+) -> Reply:
+    reply = _build_reply(ruleset, inquiry, rule, step)
+    if step.request and rule is not None and reply.error is None:
+        response = select_response(rule, step)
+        chaos = response.get("chaos") if response is not None else None
+        if chaos:
+            return replace(
+                reply, fault=chaos_fault(chaos, inquiry.session, rule.name, step.request)
+            )
+    return reply
+
+
+def chaos_fault(chaos: Mapping[str, Any], session: str, rule: str, request: int) -> Fault | None:
+    """The fault a ``chaos`` response draws for the ``request``-th request of ``session``
+    to ``rule``: a pure function of those and the seed, so a run replays exactly."""
+    digest = hashlib.sha256(f"{chaos.get('seed', 0)}:{session}:{rule}:{request}".encode()).digest()
+    draw = int.from_bytes(digest[:8], "big") / 2**64
+    if draw >= float(chaos["probability"]):
+        return None
+    kinds = chaos.get("kinds") or ("disconnect", "malformed", "error_event", "stall")
+    kind = kinds[int.from_bytes(digest[8:16], "big") % len(kinds)]
+    return Fault(after_chunks=int(chaos.get("after_chunks", 1)), kind=str(kind))
+
+
+def _build_reply(
+    ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step
 ) -> Reply:
     if rule is None:
         return _from_snapshot(ruleset, inquiry, ruleset.fallback or {}, None, 0)

@@ -6,7 +6,7 @@ from typing import Any
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import compile_ruleset, match_inquiry
-from staticagents.core.replies import Fault, Step, Timing, build_reply
+from staticagents.core.replies import Fault, Step, Timing, build_reply, chaos_fault
 from staticagents.core.timing import chunk_text, plan_stream
 
 
@@ -152,6 +152,21 @@ def test_a_fault_is_carried_as_scripted_and_absent_otherwise() -> None:
     reply = reply_for({"content": "x", "fault": {"after_chunks": 2, "kind": "stall"}})
     assert reply.fault == Fault(after_chunks=2, kind="stall")
     assert reply_for({"content": "x"}).fault is None
+
+
+def test_chaos_draws_the_same_faults_for_the_same_seed_session_and_request() -> None:
+    chaos = {"probability": 0.5, "kinds": ["stall", "malformed"], "seed": 7}
+    draws = [chaos_fault(chaos, "s1", "flaky", n) for n in range(1, 201)]
+    assert draws == [chaos_fault(chaos, "s1", "flaky", n) for n in range(1, 201)]
+    faults = [d for d in draws if d is not None]
+    assert 60 < len(faults) < 140  # about half
+    assert {f.kind for f in faults} == {"stall", "malformed"}
+    assert {f.after_chunks for f in faults} == {1}
+    other_seed = [chaos_fault({**chaos, "seed": 8}, "s1", "flaky", n) for n in range(1, 201)]
+    other_session = [chaos_fault(chaos, "s2", "flaky", n) for n in range(1, 201)]
+    assert draws != other_seed and draws != other_session
+    assert chaos_fault({"probability": 0.0}, "s", "r", 1) is None
+    assert chaos_fault({"probability": 1.0, "kinds": ["stall"]}, "s", "r", 1) == Fault(1, "stall")
 
 
 def test_chunks_concatenate_back_to_the_text() -> None:

@@ -157,6 +157,28 @@ def test_a_fault_names_a_known_kind_after_a_whole_number_of_chunks() -> None:
         assert document["rules"][0]["response"]["fault"] == {"after_chunks": 0, "kind": kind}
 
 
+def test_chaos_is_a_probability_of_known_kinds_in_a_rules_response_only() -> None:
+    def chaos(value: str) -> list[str]:
+        return errors_of(f"rules:\n  - response:\n      chaos: {value}\n")
+
+    [line] = chaos("{probability: 1.5}")
+    assert "rules[0].response.chaos.probability: Input should be less than or equal to 1" in line
+    [line] = chaos("{probability: 0.5, kinds: []}")
+    assert "rules[0].response.chaos.kinds: List should have at least 1 item" in line
+    [line] = chaos("{probability: 0.5, kinds: [boom]}")
+    assert "rules[0].response.chaos.kinds[0]: Input should be 'disconnect'" in line
+    [line] = chaos("{probability: 0.5, fault_rate: 1}")
+    assert "rules[0].response.chaos.fault_rate: unknown key" in line
+    [line] = errors_of(
+        "rules:\n  - response: {fault: {after_chunks: 1, kind: stall}, chaos: {probability: 1}}\n"
+    )
+    assert "at most one of 'fault' and 'chaos'" in line
+    [line] = errors_of("fallback: {chaos: {probability: 1}}\n")
+    assert "'chaos' belongs in a rule's response" in line
+    document = load_fixture("rules:\n  - response: {chaos: {probability: 1, seed: 3}}\n")
+    assert document["rules"][0]["response"]["chaos"]["probability"] == 1.0
+
+
 @pytest.mark.django_db
 def test_a_fault_survives_import_and_export(tmp_path: Path) -> None:
     text = (

@@ -13,6 +13,7 @@ import pytest
 import websockets.sync.client as ws_client
 from websockets.exceptions import ConnectionClosed
 
+from staticagents.core.replies import chaos_fault
 from staticagents.models import JournalEntry
 from staticagents.testing.client import StaticAgentsClient
 
@@ -38,6 +39,15 @@ RULES = {
         faulty("malformed"),
         faulty("error_event"),
         faulty("stall"),
+        {
+            "name": "chaotic",
+            "match": {"contains": "#chaos"},
+            "response": {
+                "content": CONTENT,
+                "stream": FAST,
+                "chaos": {"probability": 0.5, "kinds": ["error_event"], "seed": 11},
+            },
+        },
         {
             "name": "late",
             "match": {"contains": "#late"},
@@ -172,6 +182,24 @@ def test_gemini_galaxy_and_adk_streams_end_with_their_own_error(
     assert json.loads(events[-1].split("data: ", 1)[1])["error_code"] == 503
     outcomes = set(JournalEntry.objects.values_list("outcome", flat=True))
     assert outcomes == {"fault"}
+
+
+def test_chaos_faults_the_requests_its_seed_and_session_draw(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
+    chaos = {"probability": 0.5, "kinds": ["error_event"], "seed": 11}
+    expected = [chaos_fault(chaos, static_agents.session, "chaotic", n) for n in range(1, 9)]
+    faulted = []
+    for _ in range(8):
+        try:
+            chat_stream(client, "#chaos")
+            faulted.append(False)
+        except openai.APIError:
+            faulted.append(True)
+    assert faulted == [fault is not None for fault in expected]
+    assert True in faulted and False in faulted  # this seed draws some of each
+    outcomes = [entry.outcome for entry in static_agents.requests()]
+    assert outcomes == ["fault" if hit else "answered" for hit in faulted]
 
 
 def test_anthropic_error_event_raises_the_overloaded_error(
