@@ -69,6 +69,17 @@ class ResponseFields(models.Model):
     stream = models.JSONField(
         null=True, blank=True, help_text="{first_delay_ms, word_delay_ms, chunk}"
     )
+    fault = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="{after_chunks, kind}: a stream that fails midway (disconnect, malformed, "
+        "error_event, stall)",
+    )
+    chaos = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="{probability, kinds, seed, after_chunks}: faults drawn per request",
+    )
     usage = models.JSONField(null=True, blank=True, help_text="{input_tokens, output_tokens}")
     embedding = models.JSONField(
         null=True, blank=True, help_text="[numbers]: the vector of the texts this rule matches"
@@ -275,7 +286,17 @@ class JournalEntry(models.Model):
     """One inquiry that reached a reply route, and what the service did with it."""
 
     OUTCOMES = [
-        (o, o) for o in ("answered", "error", "failed_first", "cancelled", "cut_off", "rejected")
+        (o, o)
+        for o in (
+            "answered",
+            "error",
+            "failed_first",
+            "cancelled",
+            "cut_off",
+            "rejected",
+            "unknown_route",
+            "fault",
+        )
     ]
 
     # Only ``session`` is indexed: every index is paid on each insert, on the reply
@@ -283,6 +304,9 @@ class JournalEntry(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     dialect = models.CharField(max_length=20)
     route = models.CharField(max_length=300)
+    method = models.CharField(
+        max_length=10, blank=True, default="", help_text="The HTTP method (unknown routes only)"
+    )
     session = models.CharField(max_length=200, db_index=True)
     agent_type = models.CharField(max_length=200)
     model = models.CharField(max_length=200, blank=True, default="")

@@ -85,7 +85,8 @@ def journal_counters(*, session: str | None = None) -> dict[str, Any]:
     rules: Counter[str] = Counter()
     for row in rows:
         outcomes[row["outcome"]] += row["n"]
-        rules[row["rule"] or ""] += row["n"]
+        if row["outcome"] != "unknown_route":  # no rule could answer: not a fallback either
+            rules[row["rule"] or ""] += row["n"]
     fallbacks = rules.pop("", 0)
     return {
         "session": session,

@@ -75,6 +75,8 @@ RESPONSE_FIELDSETS: _FieldsetSpec = [
                 "fail_first",
                 "template",
                 "stream",
+                "fault",
+                "chaos",
                 "usage",
             ],
             "description": "Optional: tool calls, scripted errors, flaky answers and timing.",

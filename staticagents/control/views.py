@@ -308,6 +308,7 @@ class JournalView(ControlView):
                 "created_at",
                 "dialect",
                 "route",
+                "method",
                 "session",
                 "agent_type",
                 "model",

@@ -51,7 +51,7 @@ class CompiledRule:
 
     def __post_init__(self) -> None:
         sequenced = self.sequence and (len(self.responses) > 1 or self.on_exhausted == "error")
-        stateful = sequenced or any(r.get("fail_first") for r in self.responses)
+        stateful = sequenced or any(r.get("fail_first") or r.get("chaos") for r in self.responses)
         object.__setattr__(self, "sequenced", sequenced)
         object.__setattr__(self, "stateful", stateful)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,14 @@ class Timing:
 
 
 @dataclass(frozen=True, slots=True)
+class Fault:
+    """A stream that fails after ``after_chunks`` of its events (``serving/stream.py``)."""
+
+    after_chunks: int
+    kind: str  # disconnect | malformed | error_event | stall
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     input_tokens: int
     output_tokens: int
@@ -65,6 +74,7 @@ class Reply:
     error: ReplyError | None = None
     retry_after: float | None = None
     timing: Timing = Timing()
+    fault: Fault | None = None  # a stream's scripted failure midway
     usage: Usage = Usage(0, 0)
     embedding: tuple[float, ...] | None = None  # a pinned vector, for an embeddings request
     embedding_like: str | None = None  # or: the text whose vector to give
@@ -78,6 +88,7 @@ class Step:
 
     index: int = 0  # position in the rule's responses (past the end: exhausted)
     failing: bool = False  # a fail_first attempt that must fail
+    request: int = 0  # a chaos response's request number in the session (from 1)
 
 
 def select_response(rule: CompiledRule, step: Step) -> Mapping[str, Any] | None:
@@ -91,6 +102,32 @@ def select_response(rule: CompiledRule, step: Step) -> Mapping[str, Any] | None:
 
 def build_reply(
     ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step = Step()
+) -> Reply:
+    reply = _build_reply(ruleset, inquiry, rule, step)
+    if step.request and rule is not None and reply.error is None:
+        response = select_response(rule, step)
+        chaos = response.get("chaos") if response is not None else None
+        if chaos:
+            return replace(
+                reply, fault=chaos_fault(chaos, inquiry.session, rule.name, step.request)
+            )
+    return reply
+
+
+def chaos_fault(chaos: Mapping[str, Any], session: str, rule: str, request: int) -> Fault | None:
+    """The fault a ``chaos`` response draws for the ``request``-th request of ``session``
+    to ``rule``: a pure function of those and the seed, so a run replays exactly."""
+    digest = hashlib.sha256(f"{chaos.get('seed', 0)}:{session}:{rule}:{request}".encode()).digest()
+    draw = int.from_bytes(digest[:8], "big") / 2**64
+    if draw >= float(chaos["probability"]):
+        return None
+    kinds = chaos.get("kinds") or ("disconnect", "malformed", "error_event", "stall")
+    kind = kinds[int.from_bytes(digest[8:16], "big") % len(kinds)]
+    return Fault(after_chunks=int(chaos.get("after_chunks", 1)), kind=str(kind))
+
+
+def _build_reply(
+    ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step
 ) -> Reply:
     if rule is None:
         return _from_snapshot(ruleset, inquiry, ruleset.fallback or {}, None, 0)
@@ -138,9 +175,10 @@ def _from_snapshot(
     content = rendered.content
     if response.get("template"):
         content = _substitute(content, inquiry)
-        usage = _usage(response.get("usage"), inquiry, content)
+        output = count_output_tokens(content, rendered.tool_calls)
+        usage = _usage(response.get("usage"), inquiry, output)
     elif "usage" in response:
-        usage = _usage(response["usage"], inquiry, content)
+        usage = _usage(response["usage"], inquiry, rendered.usage.output_tokens)
     else:  # the content's own count is the snapshot's
         asked = count_tokens(inquiry.system) + count_tokens(inquiry.query)
         usage = Usage(asked, rendered.usage.output_tokens)
@@ -157,6 +195,7 @@ def _from_snapshot(
         error=rendered.error,
         retry_after=rendered.retry_after,
         timing=rendered.timing,
+        fault=rendered.fault,
         usage=usage,
         embedding=rendered.embedding,
         embedding_like=rendered.embedding_like,
@@ -218,9 +257,10 @@ def render_response(
         error=error,
         retry_after=response.get("retry_after"),
         timing=_timing(response.get("stream"), defaults.get("stream")),
-        usage=_usage(response.get("usage"), inquiry, content)
+        fault=_fault(response.get("fault")),
+        usage=_usage(response.get("usage"), inquiry, count_output_tokens(content, tool_calls))
         if inquiry
-        else Usage(0, count_tokens(content)),
+        else Usage(0, count_output_tokens(content, tool_calls)),
         embedding=tuple(response["embedding"]) if "embedding" in response else None,
         embedding_like=response.get("embedding_like"),
         rule=rule_name,
@@ -231,6 +271,16 @@ def render_response(
 def count_tokens(text: str) -> int:
     """A deterministic token estimate: whitespace-separated words."""
     return len(text.split())
+
+
+def count_output_tokens(content: str, tool_calls: Sequence[ToolCall] = ()) -> int:
+    """The reply's output estimate: its text, plus each tool call's name and its
+    arguments serialized as JSON, counted as text is (``count_tokens``)."""
+    calls = sum(
+        count_tokens(call.name) + count_tokens(json.dumps(call.arguments, sort_keys=True))
+        for call in tool_calls
+    )
+    return count_tokens(content) + calls
 
 
 def _with_outcome(reply: Reply, outcome: str) -> Reply:
@@ -289,10 +339,14 @@ def _timing(spec: Mapping[str, Any] | None, default: Mapping[str, Any] | None) -
     )
 
 
-def _usage(spec: Mapping[str, Any] | None, inquiry: Inquiry, content: str) -> Usage:
-    computed = Usage(
-        count_tokens(inquiry.system) + count_tokens(inquiry.query), count_tokens(content)
-    )
+def _fault(spec: Mapping[str, Any] | None) -> Fault | None:
+    if not spec:
+        return None
+    return Fault(after_chunks=int(spec["after_chunks"]), kind=str(spec["kind"]))
+
+
+def _usage(spec: Mapping[str, Any] | None, inquiry: Inquiry, output: int) -> Usage:
+    computed = Usage(count_tokens(inquiry.system) + count_tokens(inquiry.query), output)
     if not spec:
         return computed
     return Usage(

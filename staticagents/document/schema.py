@@ -138,6 +138,34 @@ class ToolCallSpec(Strict):
     id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
+FaultKind = Literal["disconnect", "malformed", "error_event", "stall"]
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+
+
+class FaultSpec(Strict):
+    """A stream that fails after ``after_chunks`` of its events (``serving/stream.py``)."""
+
+    after_chunks: int = Field(ge=0, le=100_000)
+    kind: FaultKind
+
+
+class ChaosSpec(Strict):
+    """Faults drawn at random but reproducibly: the same seed, session and request
+    number always draw the same (``core.replies.chaos_fault``)."""
+
+    probability: float = Field(ge=0, le=1)
+    kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS), min_length=1)
+    seed: int = 0
+    after_chunks: int = Field(default=1, ge=0, le=100_000)
+
+    @field_validator("probability", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+
 class UsageSpec(Strict):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
@@ -178,6 +206,8 @@ class ResponseSpec(Strict):
     fail_first: int | None = Field(default=None, ge=0)
     template: bool | None = None
     stream: StreamSpec | None = None
+    fault: FaultSpec | None = None
+    chaos: ChaosSpec | None = None
     usage: UsageSpec | None = None
     embedding: list[EmbeddingValue] | None = Field(
         default=None, min_length=1, max_length=MAX_DIMENSIONS
@@ -202,6 +232,8 @@ class ResponseSpec(Strict):
     def _one_vector(self) -> ResponseSpec:
         if self.embedding is not None and self.embedding_like is not None:
             raise ValueError("a response gives at most one of 'embedding' and 'embedding_like'")
+        if self.fault is not None and self.chaos is not None:
+            raise ValueError("a response gives at most one of 'fault' and 'chaos'")
         return self
 
 
@@ -262,6 +294,14 @@ class DocumentSpec(Strict):
     defaults: DefaultsSpec | None = None
     rules: list[RuleSpec] | None = None
     fallback: ResponseSpec | None = None
+
+    @model_validator(mode="after")
+    def _chaos_in_rules_only(self) -> DocumentSpec:
+        if self.fallback is not None and self.fallback.chaos is not None:
+            raise ValueError(
+                "'chaos' belongs in a rule's response: the fallback counts no requests"
+            )
+        return self
 
 
 # -- entry points -------------------------------------------------------------

@@ -27,6 +27,7 @@ from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset, current_ruleset
 
 SEQUENCE_KEY = "seq"
+CHAOS_KEY = "chaos"
 
 
 @value_class
@@ -92,7 +93,16 @@ def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
             return Step(index=index, failing=True)
         if rule.sequenced:
             _counter(inquiry.session, rule.name, SEQUENCE_KEY).update(count=F("count") + 1)
-        return Step(index=index)
+        return Step(index=index, request=_chaos_request(rule, index, inquiry))
+
+
+def _chaos_request(rule: CompiledRule, index: int, inquiry: Inquiry) -> int:
+    """This request's number among the session's requests to ``rule`` (from 1), when the
+    response due scripts ``chaos``; else 0."""
+    position = min(index, len(rule.responses) - 1)
+    if not rule.responses[position].get("chaos"):
+        return 0
+    return _increment(inquiry.session, rule.name, CHAOS_KEY)
 
 
 def _fails_first(rule: CompiledRule, index: int, inquiry: Inquiry) -> bool:

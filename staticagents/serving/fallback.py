@@ -13,19 +13,26 @@ client under ``/v1/``, the OpenAI or Anthropic error under ``/v1/`` (and
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
+from staticagents.core.inquiry import mask_headers, session_key
 from staticagents.dialects.anthropic import wire as anthropic
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.gemini import wire as gemini
 from staticagents.dialects.openai import wire as openai
+from staticagents.replying.journal import journal
+
+log = logging.getLogger(__name__)
 
 _AGENT_PREFIX = re.compile(r"^/agents/[^/]+(?=/)")
 _ADK = re.compile(r"^/(?:run|run_sse|list-apps|apps)(?:/|$)")
@@ -96,8 +103,49 @@ def json_error(request: HttpRequest, status: int, message: str) -> JsonResponse:
 
 @csrf_exempt  # any method, any caller: there is nothing here to protect
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-    """Every path that no route serves (the admin keeps its own pages)."""
-    return json_error(request, 404, f"Unknown path: {request.method} {request.path}")
+    """Every path that no route serves (the admin keeps its own pages), journaled."""
+    method = request.method or "GET"
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    entry = unknown_route_entry(method, request.path, headers, _body_text(request))
+    if entry is not None:
+        try:
+            journal.record_now(entry)
+        except DatabaseError:  # the 404 is owed all the same
+            log.exception("could not journal the unknown route %s %s", method, request.path)
+    return json_error(request, 404, f"Unknown path: {method} {request.path}")
+
+
+def unknown_route_entry(
+    method: str, path: str, headers: Mapping[str, str], body: str = "", *, dialect: str = ""
+) -> dict[str, Any] | None:
+    """The journal row of a request to a path no route serves (outcome ``unknown_route``):
+    its dialect guessed from the path (``api_of``) unless given, credentials masked.
+    None for the control API and the admin: their misses are not agent traffic.
+    """
+    api = dialect or api_of(path, headers)
+    if api in ("control", "admin"):
+        return None
+    prefix = _AGENT_PREFIX.match(path)
+    agent_type = unquote(prefix.group(0).removeprefix("/agents/")) if prefix else ""
+    return dict(
+        dialect=api,
+        route=path[:300],
+        method=method[:10],
+        session=session_key(headers),
+        agent_type=agent_type[:200],
+        body=body,
+        headers=mask_headers(headers),
+        outcome="unknown_route",
+        status=404,
+    )
+
+
+def _body_text(request: HttpRequest) -> str:
+    """The body as sent, or nothing when Django refuses to read it (over its limit)."""
+    try:
+        return request.body.decode("utf-8", "replace")
+    except RequestDataTooBig:
+        return ""
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

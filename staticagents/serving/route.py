@@ -28,11 +28,12 @@ import orjson
 
 from staticagents.conf import settings
 from staticagents.core.numbers import is_ascii_number
+from staticagents.core.replies import Fault
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import TimedFrame
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
-from staticagents.serving.stream import CutOff, mark_ended, send_paced
+from staticagents.serving.stream import CutOff, Faulted, mark_ended, send_paced
 from staticagents.serving.turns import turnstile
 from staticagents.serving.watchlist import watchlist
 
@@ -50,6 +51,8 @@ SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+
+FAULT_MESSAGE = "The server is overloaded: scripted stream fault"
 
 # What a handler is doing when the client leaves (see the module doc).
 READING, ANSWERING, RESPONDING, DONE = range(4)
@@ -78,6 +81,18 @@ class ClientLeft(Exception):
     """The client disconnected while its answer was worked out; the entry is marked."""
 
 
+class StreamFaulted(Exception):
+    """A stream failed midway as its reply scripted (``Fault``); its response has ended.
+
+    ``drop``: a ``disconnect``, raised on to the server so that it drops the
+    connection without ending the response (the server logs it as an error).
+    """
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"scripted stream fault: {kind}")
+        self.drop = kind == "disconnect"
+
+
 class ReplyRoute:
     """Subclasses implement ``respond(body)`` and ``error_body(rejection)``.
 
@@ -92,6 +107,7 @@ class ReplyRoute:
         self._send = send
         self.headers_sent = False
         self.entry_id: int | None = None  # the journal entry, marked if the client leaves
+        self.fault: Fault | None = None  # the reply's scripted stream fault
         self.phase = READING
         self.client_left = False
         self._headers: dict[str, str] | None = None
@@ -124,6 +140,10 @@ class ReplyRoute:
 
     def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
         return RequestRejected(401, refusal.message, "authentication_error")
+
+    def fault_frame(self, at: float) -> TimedFrame:
+        """The error a stream's ``error_event`` fault sends, in the dialect's own shape."""
+        return TimedFrame(at, {"error": {"message": FAULT_MESSAGE, "type": "server_error"}})
 
     # -- admission -------------------------------------------------------------------
 
@@ -171,6 +191,9 @@ class ReplyRoute:
             await self.reject(rejection)
         except ClientLeft:
             pass
+        except StreamFaulted as faulted:
+            if faulted.drop:
+                raise
         except asyncio.CancelledError:
             if not self.client_left:  # a server shutdown, not our watcher
                 raise
@@ -297,9 +320,27 @@ class ReplyRoute:
         """
         finish = None if closing is None else self.closer(closing)
         timer = pacer(self.loop)
-        return await send_paced(
-            frames, sse_frames, self.send_chunk, finish=finish, entry_id=self.entry_id, timer=timer
+        sent = await send_paced(
+            frames,
+            sse_frames,
+            self.send_chunk,
+            finish=finish,
+            entry_id=self.entry_id,
+            timer=timer,
+            fault=self.fault,
+            error_frame=self.fault_frame,
         )
+        return await self.unless_faulted(sent)
+
+    async def unless_faulted(self, sent: CutOff | Faulted | None) -> CutOff | None:
+        """What ``send_paced`` returned, unless the stream faulted: then the response
+        ends without its end marker (or the connection drops) and ``StreamFaulted``
+        stops the handler."""
+        if isinstance(sent, Faulted):
+            if sent.kind != "disconnect":
+                await self.end_stream()
+            raise StreamFaulted(sent.kind)
+        return sent
 
     def closer(self, closing: bytes) -> Callable[[bytes], Awaitable[None]]:
         """A last write that ends the response with ``closing``."""

@@ -12,6 +12,18 @@ own word on why the stream ended. A client that leaves stops a stream by
 cancelling the task that sends it (the reply route's watcher, the WebSocket
 consumer's ``disconnect``); the entry is then marked ``cancelled`` through
 ``mark_ended``, the one place a reply's journal entry is marked as ended early.
+
+A reply's scripted ``fault`` (``core.replies.Fault``) fails its stream after
+``after_chunks`` frames (or at its end, when it has fewer), in place of the
+frames left and the stream's ending, and marks the entry ``fault``:
+
+* ``disconnect``: nothing more is sent; the caller drops the connection;
+* ``malformed``: the next frame, cut in the middle of its JSON, is sent last;
+* ``error_event``: the dialect's own error frame (``error_frame``) is sent last;
+* ``stall``: nothing more is sent until the maximum duration cuts the stream
+  off, as it cuts off any stream that runs too long (a ``CutOff``).
+
+A ``Faulted`` tells the caller to end the response without its end marker.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from staticagents.conf import settings
+from staticagents.core.replies import Fault
 from staticagents.core.timing import TimedFrame
 from staticagents.core.values import value_class
 from staticagents.replying.journal import journal
@@ -35,6 +48,13 @@ class CutOff:
     limit: float
 
 
+@value_class
+class Faulted:
+    """A stream that failed as its reply scripted: ``kind`` as in ``Fault``."""
+
+    kind: str
+
+
 async def send_paced(
     frames: Iterable[TimedFrame],
     render: Callable[[list[TimedFrame]], Batch],
@@ -43,14 +63,18 @@ async def send_paced(
     finish: Callable[[Batch], Awaitable[None]] | None = None,
     entry_id: int | None = None,
     timer: Pacer | None = None,
-) -> CutOff | None:
-    """Send each frame at its offset from the stream's start; a ``CutOff`` if cut off, else None.
+    fault: Fault | None = None,
+    error_frame: Callable[[float], TimedFrame] | None = None,
+) -> CutOff | Faulted | None:
+    """Send each frame at its offset from the stream's start; a ``CutOff`` if cut off,
+    a ``Faulted`` if its scripted ``fault`` failed it, else None.
 
     ``render`` turns the frames due together into one ``write``. With
     ``finish``, a stream that runs its course ends with one call to it, given
     its last frames (perhaps none), in place of their write. ``entry_id`` is
-    the journal entry to mark when the stream is cut off; ``timer`` the running
-    loop's pacer, when the caller has it at hand.
+    the journal entry to mark when the stream is cut off or faulted; ``timer``
+    the running loop's pacer, when the caller has it at hand; ``error_frame``
+    the dialect's error frame for an ``error_event`` fault, due at a given offset.
     """
     timer = timer or pacer()
     clock = timer.loop.time
@@ -58,7 +82,12 @@ async def send_paced(
         start = clock()
         limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
         due: list[TimedFrame] = []
-        for frame in frames:
+
+        async def stall_until() -> CutOff:
+            await timer.until(start + limit)
+            return CutOff(limit)
+
+        for index, frame in enumerate(frames):
             at = frame.at
             if at > limit:
                 if due:
@@ -75,7 +104,13 @@ async def send_paced(
                     due = []
                 if start + at > clock():
                     await timer.until(start + at)
+            if fault is not None and index >= fault.after_chunks:
+                return await _fail(
+                    fault, frame, due, render, write, error_frame, entry_id, stall_until
+                )
             due.append(frame)
+        if fault is not None:
+            return await _fail(fault, None, due, render, write, error_frame, entry_id, stall_until)
         if finish is not None:
             await finish(render(due))
         elif due:
@@ -83,8 +118,37 @@ async def send_paced(
         return None
 
 
+async def _fail(
+    fault: Fault,
+    following: TimedFrame | None,
+    due: list[TimedFrame],
+    render: Callable[[list[TimedFrame]], Batch],
+    write: Callable[[Batch], Awaitable[None]],
+    error_frame: Callable[[float], TimedFrame] | None,
+    entry_id: int | None,
+    stall_until: Callable[[], Awaitable[CutOff]],
+) -> CutOff | Faulted:
+    """Fail the stream as ``fault`` says, ``due`` still to send (see the module doc);
+    ``following`` is the frame the stream would have sent next, None at its end."""
+    at = following.at if following is not None else (due[-1].at if due else 0.0)
+    if fault.kind == "malformed":
+        whole = following.json() if following is not None else b'{"choices": [{"delta": {}}]}'
+        event = following.event if following is not None else None
+        # Cut in the middle of its JSON, never of a character: a WebSocket sends text.
+        cut = whole[: max(1, len(whole) // 2)].decode("utf-8", "ignore").encode()
+        due.append(TimedFrame(at, cut, event))
+    elif fault.kind == "error_event" and error_frame is not None:
+        due.append(error_frame(at))
+    if due:
+        await write(render(due))
+    await mark_ended(entry_id, "fault")
+    if fault.kind == "stall":
+        return await stall_until()
+    return Faulted(fault.kind)
+
+
 async def mark_ended(entry_id: int | None, outcome: str) -> None:
-    """Mark a reply's journal entry as ended early: ``cancelled`` (the client left) or
-    ``cut_off`` (the maximum duration)."""
+    """Mark a reply's journal entry as ended early: ``cancelled`` (the client left),
+    ``cut_off`` (the maximum duration) or ``fault`` (its scripted fault)."""
     if entry_id is not None:
         await journal.mark(entry_id, outcome)

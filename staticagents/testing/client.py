@@ -181,6 +181,7 @@ class RecordedRequest:
     status: int
     duration_ms: float
     diagnosis: Any = None
+    method: str = ""  # unknown routes only (outcome "unknown_route")
 
     @property
     def fallback(self) -> bool:
@@ -219,6 +220,7 @@ class RecordedRequest:
             status=int(data.get("status") or 0),
             duration_ms=float(data.get("duration_ms") or 0),
             diagnosis=data.get("diagnosis"),
+            method=str(data.get("method") or ""),
         )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import compile_ruleset, match_inquiry
-from staticagents.core.replies import Step, Timing, build_reply
+from staticagents.core.replies import Fault, Step, Timing, build_reply, chaos_fault
 from staticagents.core.timing import chunk_text, plan_stream
 
 
@@ -134,6 +134,39 @@ def test_usage_is_counted_unless_scripted() -> None:
     assert reply_for({"content": "one two three"}).usage.output_tokens == 3
     scripted = reply_for({"content": "x", "usage": {"input_tokens": 7, "output_tokens": 9}})
     assert (scripted.usage.input_tokens, scripted.usage.output_tokens) == (7, 9)
+
+
+def test_tool_calls_count_their_name_and_serialized_arguments_as_output() -> None:
+    call = {"name": "lookup", "arguments": {"city": "Paris", "days": 3}}
+    # "lookup" is 1; '{"city": "Paris", "days": 3}' is 4 whitespace-separated words.
+    assert reply_for({"tool_calls": [call]}).usage.output_tokens == 5
+    both = reply_for({"content": "let me look", "tool_calls": [call, {"name": "noop"}]})
+    assert both.usage.output_tokens == 3 + 5 + 2  # noop's arguments are "{}"
+    templated = reply_for({"content": "$query", "template": True, "tool_calls": [call]})
+    assert templated.usage.output_tokens == 1 + 5
+    scripted = reply_for({"tool_calls": [call], "usage": {"output_tokens": 42}})
+    assert scripted.usage.output_tokens == 42
+
+
+def test_a_fault_is_carried_as_scripted_and_absent_otherwise() -> None:
+    reply = reply_for({"content": "x", "fault": {"after_chunks": 2, "kind": "stall"}})
+    assert reply.fault == Fault(after_chunks=2, kind="stall")
+    assert reply_for({"content": "x"}).fault is None
+
+
+def test_chaos_draws_the_same_faults_for_the_same_seed_session_and_request() -> None:
+    chaos = {"probability": 0.5, "kinds": ["stall", "malformed"], "seed": 7}
+    draws = [chaos_fault(chaos, "s1", "flaky", n) for n in range(1, 201)]
+    assert draws == [chaos_fault(chaos, "s1", "flaky", n) for n in range(1, 201)]
+    faults = [d for d in draws if d is not None]
+    assert 60 < len(faults) < 140  # about half
+    assert {f.kind for f in faults} == {"stall", "malformed"}
+    assert {f.after_chunks for f in faults} == {1}
+    other_seed = [chaos_fault({**chaos, "seed": 8}, "s1", "flaky", n) for n in range(1, 201)]
+    other_session = [chaos_fault(chaos, "s2", "flaky", n) for n in range(1, 201)]
+    assert draws != other_seed and draws != other_session
+    assert chaos_fault({"probability": 0.0}, "s", "r", 1) is None
+    assert chaos_fault({"probability": 1.0, "kinds": ["stall"]}, "s", "r", 1) == Fault(1, "stall")
 
 
 def test_chunks_concatenate_back_to_the_text() -> None:

@@ -134,6 +134,66 @@ def test_embedding_like_is_a_non_empty_text() -> None:
     assert "rules[0].response.embedding_like: Input should be a valid string" in line
 
 
+def test_a_fault_names_a_known_kind_after_a_whole_number_of_chunks() -> None:
+    def fault(value: str) -> list[str]:
+        return errors_of(f"rules:\n  - response:\n      fault: {value}\n")
+
+    [line] = fault("{after_chunks: 2, kind: explode}")
+    assert "rules[0].response.fault.kind: Input should be 'disconnect'" in line
+    [line] = fault("{after_chunks: -1, kind: stall}")
+    assert (
+        "rules[0].response.fault.after_chunks: Input should be greater than or equal to 0" in line
+    )
+    [line] = fault("{after_chunks: '2', kind: stall}")
+    assert "rules[0].response.fault.after_chunks: Input should be a valid integer" in line
+    [line] = fault("{kind: stall}")
+    assert "rules[0].response.fault.after_chunks: required key is missing" in line
+    [line] = fault("{after_chunks: 1, kind: stall, seconds: 3}")
+    assert "rules[0].response.fault.seconds: unknown key" in line
+    for kind in ("disconnect", "malformed", "error_event", "stall"):
+        document = load_fixture(
+            f"rules:\n  - response: {{fault: {{after_chunks: 0, kind: {kind}}}}}\n"
+        )
+        assert document["rules"][0]["response"]["fault"] == {"after_chunks": 0, "kind": kind}
+
+
+def test_chaos_is_a_probability_of_known_kinds_in_a_rules_response_only() -> None:
+    def chaos(value: str) -> list[str]:
+        return errors_of(f"rules:\n  - response:\n      chaos: {value}\n")
+
+    [line] = chaos("{probability: 1.5}")
+    assert "rules[0].response.chaos.probability: Input should be less than or equal to 1" in line
+    [line] = chaos("{probability: 0.5, kinds: []}")
+    assert "rules[0].response.chaos.kinds: List should have at least 1 item" in line
+    [line] = chaos("{probability: 0.5, kinds: [boom]}")
+    assert "rules[0].response.chaos.kinds[0]: Input should be 'disconnect'" in line
+    [line] = chaos("{probability: 0.5, fault_rate: 1}")
+    assert "rules[0].response.chaos.fault_rate: unknown key" in line
+    [line] = errors_of(
+        "rules:\n  - response: {fault: {after_chunks: 1, kind: stall}, chaos: {probability: 1}}\n"
+    )
+    assert "at most one of 'fault' and 'chaos'" in line
+    [line] = errors_of("fallback: {chaos: {probability: 1}}\n")
+    assert "'chaos' belongs in a rule's response" in line
+    document = load_fixture("rules:\n  - response: {chaos: {probability: 1, seed: 3}}\n")
+    assert document["rules"][0]["response"]["chaos"]["probability"] == 1.0
+
+
+@pytest.mark.django_db
+def test_a_fault_survives_import_and_export(tmp_path: Path) -> None:
+    text = (
+        "rules:\n"
+        "  - name: cut\n"
+        "    response: {content: hi, fault: {after_chunks: 2, kind: error_event}}\n"
+        "fallback: {content: none, fault: {after_chunks: 0, kind: stall}}\n"
+    )
+    call_command("import_fixture", write(tmp_path, text))
+    exported = export_document()
+    assert exported["rules"][0]["response"]["fault"] == {"after_chunks": 2, "kind": "error_event"}
+    assert exported["fallback"]["fault"] == {"after_chunks": 0, "kind": "stall"}
+    assert_export_is_a_fixpoint(Path(write(tmp_path, text, "again.yml")), tmp_path)
+
+
 def test_non_utf8_bytes_are_rejected_with_the_offset() -> None:
     [line] = errors_of(b"rules: []\n# \xff\xfe\n")
     assert "not UTF-8" in line and "offset 12" in line

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from django.urls import path
 
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.adk.sessions import Run, StoredSession, start_run
@@ -189,9 +190,12 @@ class RunRoute(AdkRoute):
 class RunSseRoute(RunRoute):
     """``POST /run_sse``: ``data: {event}`` frames; partial text deltas when ``streaming``."""
 
+    run_ids: adk.EventIds  # the run's, for a scripted fault's error event
+
     async def post(self, body: bytes) -> None:
         run = await self.begin(body)
         events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
+        self.fault, self.run_ids = run.answer.reply.fault, run.ids
         await self.start_sse()
         stopped = await self.send_paced(events)
         if stopped is None:
@@ -199,6 +203,9 @@ class RunSseRoute(RunRoute):
         else:
             cut_off = adk.cut_off_event(run.ids, stopped.limit)
             await self.finish(run, cut_off, sse(cut_off))
+
+    def fault_frame(self, at: float) -> TimedFrame:
+        return TimedFrame(at, adk.fault_event(self.run_ids))
 
     async def finish(self, run: Run, final: dict[str, Any], tail: bytes = b"") -> None:
         # Only the final event joins the session (as in ADK, partials never do), and

@@ -349,6 +349,11 @@ def cut_off_event(ids: EventIds, limit_seconds: float) -> dict[str, Any]:
     return error_event("STREAM_CUT_OFF", message, ids)
 
 
+def fault_event(ids: EventIds) -> dict[str, Any]:
+    """A scripted ``error_event`` fault: the run's error event, as an overloaded model's."""
+    return error_event("UNAVAILABLE", "The model is overloaded: scripted stream fault", ids)
+
+
 def partial_events(reply: Reply, ids: EventIds) -> list[TimedFrame]:
     """The streamed deltas, each at its offset in seconds from the stream's start."""
     if reply.error is not None:

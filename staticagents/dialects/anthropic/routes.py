@@ -10,6 +10,7 @@ from typing import Any
 
 from django.urls import re_path
 
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.anthropic import wire as anthropic
 from staticagents.dialects.llm.routes import (
     AGENT_PREFIX,
@@ -44,6 +45,9 @@ class MessagesRoute(ModelReplyRoute):
 
     def error_body(self, rejection: RequestRejected) -> Any:
         return anthropic.error_body(rejection.message, rejection.kind)
+
+    def fault_frame(self, at: float) -> TimedFrame:
+        return anthropic.fault_event(at)
 
 
 http_routes = [re_path(AGENT_PREFIX + r"v1/messages/?$", MessagesRoute.as_asgi())]

@@ -311,6 +311,11 @@ def cut_off_event(limit_seconds: float) -> TimedFrame:
     return TimedFrame(0.0, error_body(message, "timeout_error"), "error")
 
 
+def fault_event(at: float) -> TimedFrame:
+    """A scripted ``error_event`` fault: the ``error`` event of an overloaded API."""
+    return TimedFrame(at, error_body("Overloaded", "overloaded_error"), "error")
+
+
 def models_body(agent_types: Sequence[str]) -> dict[str, Any]:
     """``GET /v1/models`` as Anthropic lists models (sent when the client is Anthropic's)."""
     ids = [DEFAULT_MODEL, *(t for t in agent_types if t != DEFAULT_MODEL)]

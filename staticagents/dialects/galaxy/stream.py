@@ -45,6 +45,9 @@ class GalaxyStreamRoute(ReplyRoute):
         )
         return GalaxyRejection(invalid)
 
+    def fault_frame(self, at: float) -> TimedFrame:
+        return TimedFrame(at, galaxy.fault_result(), "result")
+
     def error_body(self, rejection: RequestRejected) -> Any:
         if isinstance(rejection, GalaxyRejection):
             return rejection.body
@@ -76,6 +79,7 @@ class GalaxyStreamRoute(ReplyRoute):
         events = galaxy.stream_events(
             turn.answer.reply, agent_type=chat.agent_type, routed=chat.routed
         )
+        self.fault = turn.answer.reply.fault
         stopped = await self.send_paced(events)
         if stopped is not None:
             await self.finish(galaxy.cut_off_events(stopped.limit))

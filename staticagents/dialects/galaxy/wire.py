@@ -458,6 +458,11 @@ def result_events(chat_response: Mapping[str, Any]) -> list[TimedFrame]:
     return [TimedFrame(0.0, chat_response, "result"), TimedFrame(0.0, {}, "done")]
 
 
+def fault_result() -> dict[str, Any]:
+    """A scripted ``error_event`` fault: the stream's ``result``, a 503 ChatResponse."""
+    return chat_failure(503, "The agent is overloaded: scripted stream fault")
+
+
 def missing_query_events(agent_type: str) -> list[TimedFrame]:
     failed = progress("responding", "No query provided", "failed", agent_type)
     return [TimedFrame(0.0, failed, "progress"), *result_events(missing_query_response())]

@@ -156,14 +156,20 @@ class StreamGenerateContentRoute(GenerateContentRoute):
         closing: bytes,
     ) -> CutOff | None:
         """Send the chunks on their schedule in Gemini's framing; a ``CutOff`` if cut off."""
-        return await send_paced(
+        sent = await send_paced(
             chunks,
             render,
             self.send_chunk,
             finish=self.closer(closing),
             entry_id=self.entry_id,
             timer=pacer(self.loop),
+            fault=self.fault,
+            error_frame=self.fault_frame,
         )
+        return await self.unless_faulted(sent)
+
+    def fault_frame(self, at: float) -> TimedFrame:
+        return TimedFrame(at, gemini.fault_body())
 
     async def start_json_stream(self, headers: list[tuple[bytes, bytes]]) -> None:
         self.watch()  # a stream lasts: a client that leaves it stops it

@@ -464,6 +464,11 @@ def cut_off_body(limit_seconds: float) -> dict[str, Any]:
     return error_body(504, message)
 
 
+def fault_body() -> dict[str, Any]:
+    """A scripted ``error_event`` fault: Google's error object, 503 UNAVAILABLE."""
+    return error_body(503, "The model is overloaded: scripted stream fault")
+
+
 def count_tokens_body(total: int) -> dict[str, Any]:
     return {
         "totalTokens": total,

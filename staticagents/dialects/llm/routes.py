@@ -61,7 +61,9 @@ class ModelReplyRoute(ReplyRoute):
             route=self.scope.get("path", ""),
             body=body,
         )
-        return await self.answering(work, lambda answer: answer.entry_id)
+        answer = await self.answering(work, lambda answer: answer.entry_id)
+        self.fault = answer.reply.fault
+        return answer
 
     def request_id_headers(self, envelope: Envelope) -> list[tuple[bytes, bytes]]:
         """The response id, where the dialect's SDK looks for a request id."""

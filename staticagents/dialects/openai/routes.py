@@ -10,6 +10,7 @@ from typing import Any
 
 from django.urls import re_path
 
+from staticagents.core.timing import TimedFrame
 from staticagents.dialects.anthropic import wire as anthropic
 from staticagents.dialects.llm.routes import (
     AGENT_PREFIX,
@@ -48,6 +49,9 @@ class ChatCompletionsRoute(ModelReplyRoute):
 
     def key_refusal(self, refusal: access.Refusal) -> RequestRejected:
         return openai_key_refusal(refusal)
+
+    def fault_frame(self, at: float) -> TimedFrame:
+        return openai.fault_event(at)
 
 
 def openai_key_refusal(refusal: access.Refusal) -> RequestRejected:

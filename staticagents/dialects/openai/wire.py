@@ -277,6 +277,12 @@ def cut_off_event(limit_seconds: float) -> TimedFrame:
     return TimedFrame(0.0, error_body(message, "server_error", code="stream_timeout"))
 
 
+def fault_event(at: float) -> TimedFrame:
+    """A scripted ``error_event`` fault: OpenAI's error object as a stream chunk."""
+    message = "The server is overloaded: scripted stream fault"
+    return TimedFrame(at, error_body(message, "server_error", code="overloaded"))
+
+
 def models_body(agent_types: Sequence[str]) -> dict[str, Any]:
     """``GET /v1/models``: the default model, then one named after each agent type."""
     ids = [DEFAULT_MODEL, *(t for t in agent_types if t != DEFAULT_MODEL)]

@@ -32,11 +32,14 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.urls import path, re_path
 
 from staticagents.core.inquiry import session_key
+from staticagents.core.replies import Fault
 from staticagents.core.timing import TimedFrame
 from staticagents.dialects.websocket import wire as dialect
 from staticagents.replying.answer import Answer, aanswer_inquiry
+from staticagents.replying.journal import journal
 from staticagents.serving import access
-from staticagents.serving.stream import mark_ended, send_paced
+from staticagents.serving.fallback import unknown_route_entry
+from staticagents.serving.stream import Faulted, mark_ended, send_paced
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ QUEUE_LIMIT = 32
 # Application close codes (4000-4999) that mirror HTTP statuses, as graphql-ws does.
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_FAULT = 1011  # a scripted ``disconnect`` fault: the server gave up midway
 
 Frame = tuple[str | None, bytes | None]
 
@@ -118,13 +122,33 @@ class ChatConsumer(AsyncWebsocketConsumer):
         answer: Answer = await aanswer_inquiry(inquiry, route=ROUTE, body=body)
         self.entry_id = answer.entry_id
         events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
-        await self.stream(events, message.request_id)
+        await self.stream(events, message.request_id, answer.reply.fault)
 
-    async def stream(self, events: Sequence[TimedFrame], request_id: str | int | None) -> None:
+    async def stream(
+        self, events: Sequence[TimedFrame], request_id: str | int | None, fault: Fault | None
+    ) -> None:
         """Send the events on their schedule (``serving/stream.py``); a stream that the
-        maximum duration cuts off ends with an ``error`` event naming the limit."""
-        stopped = await send_paced(events, messages, self.send_messages, entry_id=self.entry_id)
-        if stopped is not None:
+        maximum duration cuts off ends with an ``error`` event naming the limit.
+
+        A scripted ``fault`` stops the stream after its events (the socket stays
+        open, the conversation can go on), or closes the socket (``disconnect``).
+        """
+
+        def fault_frame(at: float) -> TimedFrame:
+            return TimedFrame(at, dialect.fault_event(request_id))
+
+        stopped = await send_paced(
+            events,
+            messages,
+            self.send_messages,
+            entry_id=self.entry_id,
+            fault=fault,
+            error_frame=fault_frame,
+        )
+        if isinstance(stopped, Faulted):
+            if stopped.kind == "disconnect":
+                await self.close(code=CLOSE_FAULT)
+        elif stopped is not None:
             await self.send_event(dialect.cut_off_event(stopped.limit, request_id))
 
     async def send_messages(self, texts: list[str]) -> None:
@@ -133,10 +157,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     @property
     def handshake_headers(self) -> dict[str, str]:
-        return {
-            k.decode("latin-1").lower(): v.decode("latin-1")
-            for k, v in self.scope.get("headers", [])
-        }
+        return handshake_headers(self.scope)
+
+
+def handshake_headers(scope: dict[str, Any]) -> dict[str, str]:
+    """The handshake's headers, names lower-cased."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
 def messages(frames: list[TimedFrame]) -> list[str]:
@@ -151,7 +177,11 @@ class UnknownPathConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         await self.accept()
-        message = f"Unknown WebSocket path {self.scope.get('path', '')}: the chat is at {ROUTE}"
+        path = self.scope.get("path", "")
+        entry = unknown_route_entry("GET", path, handshake_headers(self.scope), dialect="websocket")
+        if entry is not None:
+            await journal.record(entry)
+        message = f"Unknown WebSocket path {path}: the chat is at {ROUTE}"
         event = dialect.error_event("not_found", message, 404)
         await self.send(text_data=orjson.dumps(event).decode())
         await self.close(code=CLOSE_NOT_FOUND)

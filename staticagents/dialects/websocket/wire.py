@@ -151,6 +151,13 @@ def error_event(
     )
 
 
+def fault_event(request_id: str | int | None = None) -> dict[str, Any]:
+    """A scripted ``error_event`` fault: an ``error`` event, 503 overloaded."""
+    return error_event(
+        "overloaded", "The agent is overloaded: scripted stream fault", 503, request_id
+    )
+
+
 def cut_off_event(limit_seconds: float, request_id: str | int | None = None) -> dict[str, Any]:
     message = f"stream cut off: it would outlast the maximum of {limit_seconds:g} s"
     return error_event("stream_cut_off", message, 504, request_id)

@@ -253,7 +253,7 @@ def test_a_stream_sends_named_events_in_anthropics_order(http: httpx.Client) -> 
     assert events[-2][1] == {
         "type": "message_delta",
         "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-        "usage": {"output_tokens": 2},
+        "usage": {"output_tokens": 5},  # two words of text; the call's name, its arguments' two
     }
 
 

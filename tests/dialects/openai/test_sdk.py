@@ -196,6 +196,8 @@ def test_a_tool_result_sent_back_gets_the_final_answer(
     first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
     message = first.choices[0].message
     assert message.content is None and message.tool_calls
+    # The call's name and serialized arguments count as output, as text does.
+    assert first.usage is not None and first.usage.completion_tokens > 0
     messages.append(message.model_dump(exclude_none=True))
     messages.append({"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "sunny"})
     second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
