@@ -23,7 +23,12 @@ from staticagents.dialects.responses import store
 from staticagents.dialects.responses import wire as responses
 from staticagents.dialects.responses.wire import Item, ResponsesRequest
 from staticagents.serving import access
-from staticagents.serving.route import RequestRejected, parse_json_object, sse_frames
+from staticagents.serving.route import (
+    RequestRejected,
+    StreamFaulted,
+    parse_json_object,
+    sse_frames,
+)
 
 
 class ResponsesApiRoute(ModelReplyRoute):
@@ -41,6 +46,8 @@ class ResponsesApiRoute(ModelReplyRoute):
 
 class ResponsesRoute(ResponsesApiRoute):
     """``POST /v1/responses``: a response object, or its typed events."""
+
+    frames: Sequence[TimedFrame] = ()  # the stream being sent
 
     async def respond(self, body: bytes) -> None:
         self.require_method("POST")
@@ -62,10 +69,7 @@ class ResponsesRoute(ResponsesApiRoute):
             await self.send_json(200, final, headers)
             return
         frames = responses.stream_events(reply, envelope, request)
-        await self.start_sse(headers)
-        stopped = await self.send_paced(frames, closing=b"")
-        if stopped is not None:
-            await self.cut_off(envelope, request, frames, stopped.limit)
+        await self.stream_response(frames, envelope, request, headers)
 
     def read(self, body: bytes) -> ResponsesRequest:
         try:
@@ -89,24 +93,51 @@ class ResponsesRoute(ResponsesApiRoute):
             )
         return items
 
-    async def cut_off(
+    async def stream_response(
         self,
+        frames: Sequence[TimedFrame],
         envelope: Envelope,
         request: ResponsesRequest,
-        frames: Sequence[TimedFrame],
-        limit: float,
+        headers: Sequence[tuple[bytes, bytes]],
     ) -> None:
-        """End a stream the maximum duration cut short with ``response.failed``.
+        """Send the typed events on their schedule. A stream the maximum duration cuts
+        off ends with ``response.failed``; one that a scripted fault fails ends as the
+        fault says (``serving/stream.py``). Either way the stored response is failed."""
+        self.frames = frames
+        await self.start_sse(headers)
+        try:
+            stopped = await self.send_paced(frames, closing=b"")
+        except StreamFaulted:
+            await self.record_failure(envelope, request, responses.FAULT_MESSAGE)
+            raise
+        if stopped is not None:
+            message = responses.cut_off_message(stopped.limit)
+            frame = await self.record_failure(
+                envelope, request, message, self.sent_before(stopped.limit)
+            )
+            await self.end_stream(sse_frames([frame]))
 
-        The paced sender sent every frame due within the limit, so the failure's
-        sequence number follows theirs.
-        """
-        sent = sum(1 for frame in frames if frame.at <= limit)
-        message = responses.cut_off_message(limit)
-        failed, frame = responses.failed_event(envelope, request, message, sent)
+    def sent_before(self, limit: float) -> int:
+        """How many of the frames the paced sender sent before it stopped at ``limit``:
+        those due by then, or, a stalling fault, those before the stall."""
+        sent = sum(1 for frame in self.frames if frame.at <= limit)
+        if self.fault is not None:
+            sent = min(sent, self.fault.after_chunks)
+        return sent
+
+    def fault_frame(self, at: float) -> TimedFrame:
+        """An ``error_event`` fault: the stream's ``error`` event, numbered after those sent."""
+        sent = len(self.frames) if self.fault is None else self.fault.after_chunks
+        return responses.error_event(at, responses.FAULT_MESSAGE, min(sent, len(self.frames)))
+
+    async def record_failure(
+        self, envelope: Envelope, request: ResponsesRequest, message: str, sequence: int = 0
+    ) -> TimedFrame:
+        """The ``response.failed`` event numbered ``sequence``; the stored response, failed."""
+        failed, frame = responses.failed_event(envelope, request, message, sequence)
         if request.store:
             await database_sync_to_async(store.replace_body)(envelope.id, failed)
-        await self.end_stream(sse_frames([frame]))
+        return frame
 
 
 class StoredResponseRoute(ResponsesApiRoute):

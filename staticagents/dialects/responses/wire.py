@@ -527,6 +527,15 @@ def failed_event(
 # -- other bodies -----------------------------------------------------------------------
 
 
+FAULT_MESSAGE = "The server is overloaded: scripted stream fault"
+
+
+def error_event(at: float, message: str, sequence_number: int) -> TimedFrame:
+    """The ``error`` event of a stream that fails midway (a scripted ``error_event`` fault)."""
+    payload = {"type": "error", "code": "server_error", "message": message, "param": None}
+    return next(numbered([TimedFrame(at, payload, "error")], sequence_number))
+
+
 def cut_off_message(limit_seconds: float) -> str:
     return f"stream cut off: it would outlast the maximum stream duration of {limit_seconds:g} s"
 
