@@ -154,8 +154,10 @@ def run(
             ),
         }
         if baseline is not None:
+            # A database of its own: an earlier tree's migrations may differ from ours.
+            baseline_db = f"sqlite:///{directory / 'baseline.sqlite3'}"
             head_to_head[f"baseline {baseline.name} (journal on)"] = serve(
-                "baseline", database_url=db, fixture=ours_fixture, tree=baseline
+                "baseline", database_url=baseline_db, fixture=ours_fixture, tree=baseline
             )
         results: dict[str, Load | str] = {}
         for _ in range(rounds):
