@@ -31,9 +31,10 @@ from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Fault
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import TimedFrame
+from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
-from staticagents.serving.stream import CutOff, Faulted, mark_ended, send_paced
+from staticagents.serving.stream import CutOff, Faulted, send_paced
 from staticagents.serving.turns import turnstile
 from staticagents.serving.watchlist import watchlist
 
@@ -241,7 +242,7 @@ class ReplyRoute:
         if self.phase == ANSWERING:
             return  # ``answering`` marks the entry once the work is done
         main.cancel()
-        await mark_ended(self.entry_id, "cancelled")
+        await journal.mark(self.entry_id, "cancelled")
 
     async def answering(self, work: Awaitable[T], entry_of: Callable[[T], int | None]) -> T:
         """Await the answer phase and remember its journal entry.
@@ -259,7 +260,7 @@ class ReplyRoute:
             answers.discard(self)
         self.entry_id = entry_of(result)
         if self.client_left:
-            await mark_ended(self.entry_id, "cancelled")
+            await journal.mark(self.entry_id, "cancelled")
             raise ClientLeft
         self.phase = RESPONDING
         return result

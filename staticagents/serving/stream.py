@@ -10,8 +10,8 @@ so a late stream catches up at once. A stream that would outlast
 journal entry marked ``cut_off``: the caller is told, and sends its dialect's
 own word on why the stream ended. A client that leaves stops a stream by
 cancelling the task that sends it (the reply route's watcher, the WebSocket
-consumer's ``disconnect``); the entry is then marked ``cancelled`` through
-``mark_ended``, the one place a reply's journal entry is marked as ended early.
+consumer's ``disconnect``); the entry is then marked ``cancelled`` by
+``replying.journal.journal.mark``, as every early end is.
 
 A reply's scripted ``fault`` (``core.replies.Fault``) fails its stream after
 ``after_chunks`` frames (or at its end, when it has fewer), in place of the
@@ -93,7 +93,7 @@ async def send_paced(
                 if due:
                     await write(render(due))
                 await timer.until(start + limit)
-                await mark_ended(entry_id, "cut_off")
+                await journal.mark(entry_id, "cut_off")
                 return CutOff(limit)
             if start + at > clock():
                 if due:
@@ -141,14 +141,7 @@ async def _fail(
         due.append(error_frame(at))
     if due:
         await write(render(due))
-    await mark_ended(entry_id, "fault")
+    await journal.mark(entry_id, "fault")
     if fault.kind == "stall":
         return await stall_until()
     return Faulted(fault.kind)
-
-
-async def mark_ended(entry_id: int | None, outcome: str) -> None:
-    """Mark a reply's journal entry as ended early: ``cancelled`` (the client left),
-    ``cut_off`` (the maximum duration) or ``fault`` (its scripted fault)."""
-    if entry_id is not None:
-        await journal.mark(entry_id, outcome)

@@ -39,7 +39,7 @@ from staticagents.replying.answer import Answer, aanswer_inquiry
 from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.fallback import unknown_route_entry
-from staticagents.serving.stream import Faulted, mark_ended, send_paced
+from staticagents.serving.stream import Faulted, send_paced
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.worker is not None:
             self.worker.cancel()
         streaming, self.entry_id = self.entry_id, None
-        await mark_ended(streaming, "cancelled")
+        await journal.mark(streaming, "cancelled")
 
     async def send_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=orjson.dumps(event).decode())
