@@ -227,6 +227,12 @@ class Defaults(models.Model):
     stream = models.JSONField(
         null=True, blank=True, help_text="{first_delay_ms, word_delay_ms, chunk}"
     )
+    chaos = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="{probability, kinds, seed, after_chunks}: faults drawn per request, for every "
+        "rule's response that scripts no error, fault or chaos of its own",
+    )
 
     class Meta:
         verbose_name_plural = "defaults"
@@ -235,7 +241,8 @@ class Defaults(models.Model):
         return "Defaults"
 
     def document(self) -> dict[str, Any]:
-        return {k: v for k in ("confidence", "stream") if (v := getattr(self, k)) is not None}
+        keys = ("confidence", "stream", "chaos")
+        return {k: v for k in keys if (v := getattr(self, k)) is not None}
 
     def clean(self) -> None:
         try:

@@ -188,9 +188,8 @@ def _set_defaults(doc: dict[str, Any] | None) -> None:
     if doc is None:
         Defaults.objects.all().delete()
         return
-    Defaults.objects.update_or_create(
-        pk=1, defaults={"confidence": doc.get("confidence"), "stream": doc.get("stream")}
-    )
+    fields = {key: doc.get(key) for key in ("confidence", "stream", "chaos")}
+    Defaults.objects.update_or_create(pk=1, defaults=fields)
 
 
 def _set_fallback(doc: dict[str, Any] | None) -> None:

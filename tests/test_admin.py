@@ -23,6 +23,7 @@ from staticagents.models import (
     RulesetState,
     SessionCounter,
 )
+from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import export_document
 from tests.conftest import GALAXY_STYLE_FIXTURE
 
@@ -492,6 +493,25 @@ def test_editing_defaults_shows_schema_errors_on_the_stream_field(admin_client: 
     assert errors["stream"][0].startswith("word_delay_ms:")
     assert Defaults.objects.get(pk=1).confidence == "low"
     assert version() == before
+
+
+def test_chaos_in_the_defaults_is_edited_in_the_admin_and_checked(
+    admin_client: Client,
+) -> None:
+    Defaults.objects.create(pk=1, confidence="low")
+    url = "/admin/staticagents/defaults/1/change/"
+    response = admin_client.post(url, {"confidence": "low", "chaos": '{"probability": 3}'})
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["chaos"] and errors["chaos"][0].startswith("probability:")
+    chaos = '{"probability": 0.2, "kinds": ["disconnect"], "seed": 8}'
+    response = admin_client.post(url, {"confidence": "low", "chaos": chaos})
+    assert response.status_code == 302
+    assert export_document()["defaults"]["chaos"] == {
+        "probability": 0.2,
+        "kinds": ["disconnect"],
+        "seed": 8,
+    }
+    assert active_ruleset().defaults["chaos"]["seed"] == 8
 
 
 def test_editing_the_fallback_bumps_the_version_and_checks_its_fields(

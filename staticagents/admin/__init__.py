@@ -337,7 +337,7 @@ class SingletonAdmin(SingletonAdminBase):
 
 @admin.register(Defaults)
 class DefaultsAdmin(SingletonAdmin):
-    fields = ["confidence", "stream"]
+    fields = ["confidence", "stream", "chaos"]
 
     def store(self, document: dict[str, Any] | None) -> None:
         set_defaults(document=document)

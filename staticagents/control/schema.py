@@ -92,6 +92,12 @@ describe(
     ),
 )
 describe(
+    CONTROL + "DefaultsView",
+    get=control_operation(OBJECT),
+    put=control_operation(OBJECT, request={"application/json": OBJECT}),
+    patch=control_operation(OBJECT, request={"application/merge-patch+json": OBJECT}),
+)
+describe(
     CONTROL + "FixtureView",
     get=control_operation(
         {"application/yaml": OBJECT, "application/json": OBJECT},  # a fixture document

@@ -1,4 +1,4 @@
-"""The control API (``/control/``): rules, fixtures, the journal, sessions, counters, explain.
+"""The control API (``/control/``): rules, defaults, fixtures, the journal, sessions, counters, explain.
 
 Tests and people drive the service through it. Every route needs the control
 token (``Authorization: Bearer …``) or a staff session; anything else gets 401
@@ -52,6 +52,7 @@ from staticagents.services import (
     reorder_rules,
     reset_counters,
     reset_session,
+    set_defaults,
     update_rule,
 )
 
@@ -224,6 +225,26 @@ class ReorderRulesView(ControlView):
     def post(self, request: Request) -> Response:
         names = serializers.ListField(child=serializers.CharField(), allow_empty=False)
         return Response({"rules": reorder_rules(names=names.run_validation(request.data))})
+
+
+# -- defaults ---------------------------------------------------------------------
+
+
+class DefaultsView(ControlView):
+    """The fixture's ``defaults``: ``GET``, ``PUT`` (replace), ``PATCH`` (merge patch)."""
+
+    def get(self, request: Request) -> Response:
+        return Response(stored_document()["defaults"])
+
+    def put(self, request: Request) -> Response:
+        return self._store(request.data)
+
+    def patch(self, request: Request) -> Response:
+        return self._store(merge_patch(stored_document()["defaults"], request.data))
+
+    def _store(self, data: Any) -> Response:
+        set_defaults(document=schema.validate_part(schema.DefaultsSpec, data, "defaults"))
+        return Response(stored_document()["defaults"])
 
 
 # -- fixtures ---------------------------------------------------------------------

@@ -157,8 +157,9 @@ def compile_ruleset(
     fallback: Mapping[str, Any] | None = None,
     window: int = DEFAULT_MATCH_WINDOW,
 ) -> Ruleset:
+    chaos = (defaults or {}).get("chaos")
     compiled = tuple(
-        compile_rule(rule, position=i, window=window)
+        compile_rule(rule, position=i, window=window, chaos=chaos)
         for i, rule in enumerate(rules)
         if rule.get("enabled", True)
     )
@@ -207,10 +208,20 @@ def _literal_index(rules: Sequence[CompiledRule]) -> Any:
     return automaton
 
 
-def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> CompiledRule:
+def compile_rule(
+    rule: Mapping[str, Any],
+    *,
+    position: int,
+    window: int,
+    chaos: Mapping[str, Any] | None = None,
+) -> CompiledRule:
+    """``chaos`` (the defaults') goes to each response that scripts no error, fault or
+    chaos of its own."""
     match: Mapping[str, Any] = rule.get("match") or {}
     sequence = "responses" in rule
     responses = tuple(rule["responses"]) if sequence else (rule.get("response") or {},)
+    if chaos:
+        responses = tuple(_with_chaos(response, chaos) for response in responses)
     return CompiledRule(
         name=str(rule.get("name") or f"rule-{position + 1}"),
         position=position,
@@ -221,6 +232,12 @@ def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> Comp
         on_exhausted=str(rule.get("on_exhausted", "repeat_last")),
         gate=_gate(match),
     )
+
+
+def _with_chaos(response: Mapping[str, Any], chaos: Mapping[str, Any]) -> Mapping[str, Any]:
+    if any(key in response for key in ("error", "fault", "chaos")):
+        return response
+    return {**response, "chaos": chaos}
 
 
 def match_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> CompiledRule | None:

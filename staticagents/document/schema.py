@@ -287,6 +287,7 @@ class RuleSpec(Strict):
 class DefaultsSpec(Strict):
     confidence: Literal["low", "medium", "high"] | None = None
     stream: StreamSpec | None = None
+    chaos: ChaosSpec | None = None  # for every rule's response without error, fault or chaos
 
 
 class DocumentSpec(Strict):

@@ -451,3 +451,29 @@ def test_unknown_routes_methods_and_parameters_are_clear_4xx(control: httpx.Clie
     unsupported = control.post("/rules", content=b"a: b", headers={"Content-Type": "text/yaml"})
     assert unsupported.status_code == 415
     assert errors_of(unsupported)[0]["code"] == "unsupported_media_type"
+
+
+# -- defaults ---------------------------------------------------------------------
+
+
+def test_the_defaults_are_read_replaced_and_patched_with_errors_by_path(
+    control: httpx.Client,
+) -> None:
+    assert control.get("/defaults").json() == {"confidence": "medium"}
+    chaos = {"probability": 0.5, "kinds": ["stall"], "seed": 3}
+    replaced = control.put("/defaults", json={"confidence": "high", "chaos": chaos})
+    assert replaced.status_code == 200, replaced.text
+    assert replaced.json()["chaos"] == chaos
+    patched = control.patch("/defaults", json={"confidence": None, "chaos": {"seed": 4}})
+    assert patched.json() == {
+        "confidence": "medium",
+        "chaos": {"probability": 0.5, "kinds": ["stall"], "seed": 4},
+    }
+    [error] = errors_of(control.patch("/defaults", json={"chaos": {"kinds": ["boom"]}}))
+    assert error["path"] == "defaults.chaos.kinds[0]"
+    assert errors_of(control.put("/defaults", json={"colour": "red"}))[0]["path"] == (
+        "defaults.colour"
+    )
+    assert control.get("/defaults").json()["chaos"]["seed"] == 4  # refused: nothing changed
+    exported = yaml.safe_load(control.get("/fixture").text)
+    assert exported["defaults"]["chaos"]["seed"] == 4

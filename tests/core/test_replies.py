@@ -233,3 +233,40 @@ def test_one_snapshot_answers_each_inquiry_with_its_own_agent_type_usage_and_tem
     assert answer("nothing", "a").agent_type == "a"
     assert answer("nothing at all", "b").agent_type == "b"
     assert answer("nothing at all", "b").usage.input_tokens == 3
+
+
+def test_chaos_in_the_defaults_reaches_every_response_without_its_own() -> None:
+    chaos = {"probability": 1.0, "kinds": ["stall"], "seed": 1}
+    rules = compile_ruleset(
+        stamp="t",
+        rules=[
+            {"name": "plain", "match": {"contains": "plain"}, "response": {"content": "a"}},
+            {
+                "name": "own",
+                "match": {"contains": "own"},
+                "response": {"content": "b", "chaos": {"probability": 0.0}},
+            },
+            {
+                "name": "scripted",
+                "match": {"contains": "scripted"},
+                "response": {"content": "c", "fault": {"after_chunks": 4, "kind": "malformed"}},
+            },
+            {"name": "failing", "match": {"contains": "failing"}, "response": {"error": {}}},
+        ],
+        defaults={"chaos": chaos},
+    )
+    plain, own, scripted, failing = rules.rules
+    assert plain.stateful and plain.responses[0]["chaos"] == chaos
+    assert own.responses[0]["chaos"] == {"probability": 0.0}  # the rule's own chaos wins
+    assert "chaos" not in scripted.responses[0] and not scripted.stateful
+    assert "chaos" not in failing.responses[0]
+
+    def fault(query: str) -> Fault | None:
+        inquiry = Inquiry(query=query, agent_type="router", session="s")
+        rule = match_inquiry(rules, inquiry)
+        assert rule is not None
+        return build_reply(rules, inquiry, rule, Step(request=1)).fault
+
+    assert fault("plain") == Fault(1, "stall")
+    assert fault("own") is None
+    assert fault("scripted") == Fault(4, "malformed")

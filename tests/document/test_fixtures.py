@@ -194,6 +194,37 @@ def test_a_fault_survives_import_and_export(tmp_path: Path) -> None:
     assert_export_is_a_fixpoint(Path(write(tmp_path, text, "again.yml")), tmp_path)
 
 
+def test_chaos_in_the_defaults_is_checked_with_its_path() -> None:
+    [line] = errors_of("defaults:\n  chaos: {probability: 2}\n")
+    assert "defaults.chaos.probability: Input should be less than or equal to 1" in line
+    [line] = errors_of("defaults:\n  chaos: {probability: 0.1, kinds: [reset]}\n")
+    assert "defaults.chaos.kinds[0]: Input should be 'disconnect'" in line
+    [line] = errors_of("defaults:\n  chaos: {seed: 4}\n")
+    assert "defaults.chaos.probability: required key is missing" in line
+    document = load_fixture("defaults:\n  chaos: {probability: 1, seed: 3}\n")
+    assert document["defaults"]["chaos"]["probability"] == 1.0
+
+
+@pytest.mark.django_db
+def test_chaos_in_the_defaults_survives_import_and_export(tmp_path: Path) -> None:
+    text = (
+        "defaults:\n"
+        "  chaos: {probability: 0.25, kinds: [stall, malformed], seed: 9, after_chunks: 2}\n"
+        "rules:\n"
+        "  - name: calm\n"
+        "    response: {content: hi, chaos: {probability: 0}}\n"
+    )
+    call_command("import_fixture", write(tmp_path, text))
+    exported = export_document()
+    assert exported["defaults"]["chaos"] == {
+        "probability": 0.25,
+        "kinds": ["stall", "malformed"],
+        "seed": 9,
+        "after_chunks": 2,
+    }
+    assert_export_is_a_fixpoint(Path(write(tmp_path, text, "again.yml")), tmp_path)
+
+
 def test_non_utf8_bytes_are_rejected_with_the_offset() -> None:
     [line] = errors_of(b"rules: []\n# \xff\xfe\n")
     assert "not UTF-8" in line and "offset 12" in line

@@ -202,6 +202,51 @@ def test_chaos_faults_the_requests_its_seed_and_session_draw(
     assert outcomes == ["fault" if hit else "answered" for hit in faulted]
 
 
+DEFAULT_CHAOS = {"probability": 0.5, "kinds": ["error_event"], "seed": 5}
+CHAOS_IN_DEFAULTS = {
+    "defaults": {"chaos": DEFAULT_CHAOS},
+    "rules": [
+        {"name": "flaky", "match": {"contains": "#flaky"}, "response": {"content": CONTENT}},
+        {
+            "name": "steady",
+            "match": {"contains": "#steady"},
+            "response": {"content": CONTENT, "chaos": {"probability": 0}},
+        },
+    ],
+}
+
+
+def faults_drawn(client: openai.OpenAI, text: str, times: int) -> list[bool]:
+    faulted = []
+    for _ in range(times):
+        try:
+            chat_stream(client, text)
+            faulted.append(False)
+        except openai.APIError:
+            faulted.append(True)
+    return faulted
+
+
+def test_chaos_in_the_defaults_replays_the_same_faults_for_the_same_seed_and_session(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
+    static_agents.install(CHAOS_IN_DEFAULTS)
+    first = faults_drawn(client, "#flaky", 8)
+    expected = [chaos_fault(DEFAULT_CHAOS, static_agents.session, "flaky", n) for n in range(1, 9)]
+    assert first == [fault is not None for fault in expected]
+    assert True in first and False in first  # this seed draws some of each
+    static_agents.reset()  # the same session, counted from its first request again
+    assert faults_drawn(client, "#flaky", 8) == first
+
+
+def test_a_rules_own_chaos_overrides_the_defaults(
+    static_agents: StaticAgentsClient, client: openai.OpenAI
+) -> None:
+    static_agents.install(CHAOS_IN_DEFAULTS)
+    assert faults_drawn(client, "#steady", 6) == [False] * 6
+    assert {entry.outcome for entry in static_agents.requests()} == {"answered"}
+
+
 def test_anthropic_error_event_raises_the_overloaded_error(
     static_agents: StaticAgentsClient, claude: anthropic.Anthropic
 ) -> None:
