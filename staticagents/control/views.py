@@ -1,4 +1,5 @@
-"""The control API (``/control/``): rules, defaults, fixtures, the journal, sessions, counters, explain.
+"""The control API (``/control/``): rules, defaults, fixtures, the journal, sessions, counters,
+explain.
 
 Tests and people drive the service through it. Every route needs the control
 token (``Authorization: Bearer …``) or a staff session; anything else gets 401
