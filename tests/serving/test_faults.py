@@ -296,3 +296,43 @@ def test_a_websocket_error_event_ends_the_stream_and_a_disconnect_closes_the_soc
                 ws.recv(timeout=5)
         assert ws.close_code == 1011
     assert [e.outcome for e in static_agents.requests()] == ["fault", "fault"]
+
+
+def test_anthropic_disconnect_raises_a_connection_error_midway(
+    static_agents: StaticAgentsClient, claude: anthropic.Anthropic
+) -> None:
+    received: list[str] = []
+    with (
+        pytest.raises((httpx.HTTPError, anthropic.APIConnectionError)),
+        claude.messages.stream(
+            model="claude-sonnet-4-5",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "#disconnect"}],
+        ) as stream,
+    ):
+        for text in stream.text_stream:
+            received.append(text)
+    assert len(received) < len(CONTENT.split())  # its first events carry no text yet
+    assert only_outcome(static_agents) == "fault"
+
+
+def test_anthropic_stall_is_cut_off_with_an_error_event_at_the_maximum_duration(
+    live_url: str, load_rules: Callable[[Any], Any], settings: Any
+) -> None:
+    load_rules(RULES)
+    settings.STATIC_AGENTS_MAX_STREAM_SECONDS = 0.2
+    claude = anthropic.Anthropic(base_url=live_url, api_key="sk-ant-test", max_retries=0)
+    received: list[str] = []
+    with (
+        pytest.raises(anthropic.APIStatusError) as raised,
+        claude.messages.stream(
+            model="claude-sonnet-4-5",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "#stall"}],
+        ) as stream,
+    ):
+        for text in stream.text_stream:
+            received.append(text)
+    assert "maximum stream duration" in str(raised.value)
+    assert 0 < len(received) < len(CONTENT.split())
+    assert JournalEntry.objects.get().outcome == "fault"
