@@ -4,7 +4,8 @@ Our service (matching and journal on) against the same bytes from a raw ASGI
 app under the same server, against aimock serving an equivalent fixture (when
 Node is present), and against our own service with the journal off; plus
 Galaxy's /api/ai/agents/query, OpenAI's /v1/embeddings, OpenAI's /v1/responses
-(each response stored, and with ``store: false``) and our service with two workers.
+(each response stored, and with ``store: false``), Gemini's :generateContent and our
+service with two workers.
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ def embeddings_body(directory: Path) -> Path:
     body = {"model": "text-embedding-3-small", "input": QUESTION, "encoding_format": "base64"}
     (directory / "embeddings.json").write_text(json.dumps(body))
     return directory / "embeddings.json"
+
+
+def gemini_body(directory: Path) -> Path:
+    """The same question as google-genai sends it to ``:generateContent``."""
+    body = {"contents": [{"role": "user", "parts": [{"text": QUESTION}]}]}
+    (directory / "gemini.json").write_text(json.dumps(body))
+    return directory / "gemini.json"
 
 
 def aimock(fixture: Path) -> Server | str:
@@ -191,6 +199,13 @@ def run(
                 seconds,
                 connections,
             )
+        results["static-agents, Gemini /v1beta/models/{model}:generateContent"] = measure(
+            serve("static-agents", database_url=db, fixture=ours_fixture),
+            "/v1beta/models/static:generateContent",
+            gemini_body(directory),
+            seconds,
+            connections,
+        )
         results["static-agents, 2 workers"] = measure(
             serve("static-agents", database_url=db, fixture=ours_fixture, workers=2),
             "/v1/chat/completions",

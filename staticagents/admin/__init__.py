@@ -20,6 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
+from staticagents.admin import trying
 from staticagents.admin import views as admin_views
 from staticagents.forms import GrowingTextarea, OptionalJSONField, RuleResponseFormSet
 from staticagents.models import Defaults, Fallback, Rule, RuleResponse
@@ -229,6 +230,7 @@ class RuleAdmin(RuleAdminBase):
         own = [
             path("upload/", view(self.upload_view), name=f"{info}_upload_fixture"),
             path("download/", view(self.download_view), name=f"{info}_download_fixture"),
+            path("try/", view(self.try_view), name=f"{info}_try"),
             path(
                 "<path:object_id>/move/<str:direction>/", view(self.move_view), name=f"{info}_move"
             ),
@@ -240,6 +242,20 @@ class RuleAdmin(RuleAdminBase):
 
     def download_view(self, request: HttpRequest) -> HttpResponse:
         return admin_views.download_view(self, request)
+
+    def try_view(self, request: HttpRequest) -> HttpResponse:
+        return trying.try_view(self, request)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        rule = self.get_object(request, object_id)
+        extra = {"try_url": trying.try_url(rule)} if rule is not None else {}
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     def move_view(self, request: HttpRequest, object_id: str, direction: str) -> HttpResponse:
         return admin_views.move_view(self, request, object_id, direction)
