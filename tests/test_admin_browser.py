@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -180,3 +181,32 @@ def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(as_curator: B
 
     as_curator(steps)
     assert Rule.objects.get(name="thanks").responses.get().content == "Welcome"
+
+
+def test_a_curator_tries_a_question_from_the_list_and_from_a_rules_page(
+    as_curator: Browse, tmp_path: Path
+) -> None:
+    def steps(page: Page) -> tuple[str, list[str], str]:
+        page.goto("/admin/staticagents/rule/")
+        with page.expect_navigation():
+            page.click("a.try-rule")
+        page.fill("#id_query", "bye for **now**")
+        page.select_option("#id_dialect", "gemini")
+        with page.expect_navigation():
+            page.click("#try-form input[type=submit]")
+        answered = page.locator("#try-answered-by").inner_text()
+        refused = page.locator("#try-refused tbody tr").all_inner_texts()
+        page.screenshot(path=str(tmp_path / "try-it.png"), full_page=True)
+        # A rule's page links the same form, filled in with a question that rule answers.
+        with page.expect_navigation():
+            page.click("#try-refused tbody a")
+        with page.expect_navigation():
+            page.click("a.try-rule")
+        page.screenshot(path=str(tmp_path / "try-it-from-a-rule.png"), full_page=True)
+        return answered, refused, page.locator("#try-preview").inner_text()
+
+    answered, refused, preview = as_curator(steps)  # type: ignore[misc]
+    assert answered.strip() == "Answered by rule farewell."
+    assert len(refused) == 1 and refused[0].startswith("greet\tquery\t")
+    assert preview.strip() == "Hello there"  # greet's page asks "hello"
+    assert (tmp_path / "try-it.png").stat().st_size > 0
