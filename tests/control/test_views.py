@@ -477,3 +477,4 @@ def test_the_defaults_are_read_replaced_and_patched_with_errors_by_path(
     assert control.get("/defaults").json()["chaos"]["seed"] == 4  # refused: nothing changed
     exported = yaml.safe_load(control.get("/fixture").text)
     assert exported["defaults"]["chaos"]["seed"] == 4
+    assert "chaos" not in control.patch("/defaults", json={"chaos": None}).json()
