@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -257,6 +258,7 @@ def _field(payload: Mapping[str, Any], name: str, kind: type, path: str = "") ->
 _UPPER = re.compile(r"(?<!^)(?=[A-Z])")
 
 
+@cache  # the names are this module's literals: a few dozen at most
 def _snake(name: str) -> str:
     return _UPPER.sub("_", name).lower()
 
