@@ -1,6 +1,7 @@
 """Our own share of a reply: the ASGI app driven in process, with no HTTP server.
 
     python -m bench.inprocess [--requests 20000] [--concurrency 32] [--rounds 5]
+                              [--route chat|responses|gemini|embeddings]
 
 The replies benchmark measures the service under uvicorn, where the server's own
 work (parsing HTTP, the socket writes) is in every figure. This one drives
@@ -27,15 +28,24 @@ from typing import Any
 Message = dict[str, Any]
 
 
-def request_scope(body: bytes) -> dict[str, Any]:
+# The replies benchmark's question, to each route it measures.
+ROUTES = {
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "gemini": "/v1beta/models/static:generateContent",
+    "embeddings": "/v1/embeddings",
+}
+
+
+def request_scope(body: bytes, path: str = ROUTES["chat"]) -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [
@@ -71,7 +81,11 @@ class Rounds:
 
 
 async def drive(
-    app: Callable[..., Awaitable[None]], body: bytes, requests: int, concurrency: int
+    app: Callable[..., Awaitable[None]],
+    body: bytes,
+    requests: int,
+    concurrency: int,
+    path: str = ROUTES["chat"],
 ) -> float:
     """Thread CPU seconds for ``requests`` replies from ``concurrency`` coroutines."""
     loop = asyncio.get_running_loop()
@@ -99,7 +113,7 @@ async def drive(
             if ends and complete is not None and not complete.done():
                 complete.set_result(None)
 
-        await app(request_scope(body), receive, send)
+        await app(request_scope(body, path), receive, send)
         if sent[0]["status"] != 200:
             raise RuntimeError(f"the reply failed: {sent}")
 
@@ -112,8 +126,20 @@ async def drive(
     return time.thread_time() - started
 
 
+def route_body(route: str, scratch: Path) -> bytes:
+    from bench.replies import embeddings_body, gemini_body, request_bodies, responses_body
+
+    if route == "responses":
+        return responses_body(scratch, store=True).read_bytes()
+    if route == "gemini":
+        return gemini_body(scratch).read_bytes()
+    if route == "embeddings":
+        return embeddings_body(scratch).read_bytes()
+    return request_bodies(scratch)[0].read_bytes()
+
+
 def run(
-    requests: int, concurrency: int, rounds: int, journal: str = "both"
+    requests: int, concurrency: int, rounds: int, journal: str = "both", route: str = "chat"
 ) -> list[dict[str, Any]]:
     import django
     from django.core.management import call_command
@@ -124,15 +150,14 @@ def run(
     import uvloop
     from django.test import override_settings
 
-    from bench.replies import fixtures, request_bodies
+    from bench.replies import fixtures
     from staticagents.management.commands._fixture_io import read_fixture
     from staticagents.services import import_fixture
 
     scratch = Path(os.environ["DATABASE_URL"].removeprefix("sqlite:///")).parent
     ours, _ = fixtures(scratch)
-    openai_body, _ = request_bodies(scratch)
     import_fixture(document=read_fixture(str(ours)))
-    body = openai_body.read_bytes()
+    body, path = route_body(route, scratch), ROUTES[route]
 
     from staticagents.asgi import application
 
@@ -144,16 +169,16 @@ def run(
 
     async def main() -> None:
         nonlocal rows_per_commit
-        await drive(application, body, concurrency * 50, concurrency)  # warm up
+        await drive(application, body, concurrency * 50, concurrency, path)  # warm up
         for _ in range(rounds):
             if journal != "off":
                 commits.commits = commits.rows = 0
-                spent = await drive(application, body, requests, concurrency)
+                spent = await drive(application, body, requests, concurrency, path)
                 best["on"] = min(best["on"], spent)
                 rows_per_commit = commits.rows / max(1, commits.commits)
             if journal != "on":
                 with override_settings(STATIC_AGENTS_JOURNAL=False):
-                    spent = await drive(application, body, requests, concurrency)
+                    spent = await drive(application, body, requests, concurrency, path)
                 best["off"] = min(best["off"], spent)
 
     uvloop.run(main())
@@ -179,13 +204,14 @@ def main() -> None:
         default="both",
         help="measure only one side (for counting instructions, see bench/README.md)",
     )
+    parser.add_argument("--route", choices=list(ROUTES), default="chat")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as scratch:
         os.environ["DATABASE_URL"] = f"sqlite:///{Path(scratch) / 'db.sqlite3'}"
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
         os.environ.setdefault("DEBUG", "false")
         os.environ["STATIC_AGENTS_FIXTURE"] = ""
-        rows = run(args.requests, args.concurrency, args.rounds, args.journal)
+        rows = run(args.requests, args.concurrency, args.rounds, args.journal, args.route)
     for row in rows:
         print(" | ".join(f"{key}: {value}" for key, value in row.items()))
 
