@@ -111,3 +111,20 @@ def test_the_agent_prefix_chooses_the_agent_type_on_gemini_embeddings_too(
     assert response.status_code == 200, response.text
     [entry] = static_agents.requests()
     assert (entry.agent_type, entry.dialect) == ("coder", "embeddings")
+
+
+def test_routes_the_new_surfaces_lack_are_journaled_without_their_keys(
+    static_agents: StaticAgentsClient,
+) -> None:
+    base, headers = static_agents.base_url, static_agents.headers
+    cancel = httpx.post(f"{base}/v1/responses/resp_1/cancel", headers=headers)
+    cached = httpx.get(f"{base}/v1beta/cachedContents", params={"key": API_KEY}, headers=headers)
+    assert cancel.status_code == cached.status_code == 404
+    assert cached.json()["error"]["status"] == "NOT_FOUND"
+    entries = static_agents.requests(outcome="unknown_route")
+    seen = [(e.method, e.route, e.dialect) for e in entries]
+    assert seen == [
+        ("POST", "/v1/responses/resp_1/cancel", "openai"),
+        ("GET", "/v1beta/cachedContents", "gemini"),
+    ]
+    assert API_KEY not in json.dumps([(e.route, dict(e.headers), e.raw_body) for e in entries])
