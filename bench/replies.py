@@ -134,9 +134,9 @@ def run(
     seconds: int = 10, connections: int = 32, rounds: int = 2, baseline: Path | None = None
 ) -> list[dict[str, Any]]:
     """The table. The head-to-head servers (ours, the raw app, aimock, ours without the
-    journal, and the ``baseline`` checkout when given) take turns for ``rounds`` rounds
-    and each keeps its best run, so a slow minute of a shared machine lands on one run
-    rather than on one server.
+    journal, and the ``baseline`` checkout when given) and our other model routes take
+    turns for ``rounds`` rounds and each keeps its best run, so a slow minute of a shared
+    machine lands on one run rather than on one row.
     """
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as tmp:
         directory = Path(tmp)
@@ -150,30 +150,59 @@ def run(
             ).content
         (directory / "reply.json").write_bytes(reply)
         peer = aimock(aimock_fixture)
-        head_to_head: dict[str, Server | str] = {
-            "static-agents (journal on)": ours,
-            "raw ASGI app, same bytes": raw_asgi(directory / "reply.json"),
-            "aimock": peer,
-            "static-agents (journal off)": serve(
-                "static-agents",
-                database_url=db,
-                fixture=ours_fixture,
-                env={"STATIC_AGENTS_JOURNAL": "off"},
+        chat = ("/v1/chat/completions", openai_body)
+        head_to_head: dict[str, tuple[Server | str, str, Path]] = {
+            "static-agents (journal on)": (ours, *chat),
+            "raw ASGI app, same bytes": (raw_asgi(directory / "reply.json"), *chat),
+            "aimock": (peer, *chat),
+            "static-agents (journal off)": (
+                serve(
+                    "static-agents",
+                    database_url=db,
+                    fixture=ours_fixture,
+                    env={"STATIC_AGENTS_JOURNAL": "off"},
+                ),
+                *chat,
             ),
         }
         if baseline is not None:
             # A database of its own: an earlier tree's migrations may differ from ours.
             baseline_db = f"sqlite:///{directory / 'baseline.sqlite3'}"
-            head_to_head[f"baseline {baseline.name} (journal on)"] = serve(
-                "baseline", database_url=baseline_db, fixture=ours_fixture, tree=baseline
+            head_to_head[f"baseline {baseline.name} (journal on)"] = (
+                serve("baseline", database_url=baseline_db, fixture=ours_fixture, tree=baseline),
+                *chat,
             )
+        # Our other model routes, on the same server as the first row: their ratio to it
+        # is the cost of the route itself.
+        head_to_head.update(
+            {
+                "static-agents, OpenAI /v1/embeddings (1536 dimensions, base64)": (
+                    ours,
+                    "/v1/embeddings",
+                    embeddings_body(directory),
+                ),
+                **{
+                    f"static-agents, /v1/responses (store: {str(store).lower()})": (
+                        ours,
+                        "/v1/responses",
+                        responses_body(directory, store=store),
+                    )
+                    for store in (True, False)
+                },
+                "static-agents, Gemini /v1beta/models/{model}:generateContent": (
+                    ours,
+                    "/v1beta/models/static:generateContent",
+                    gemini_body(directory),
+                ),
+            }
+        )
         results: dict[str, Load | str] = {}
         for _ in range(rounds):
-            for name, server in head_to_head.items():
+            for name, (server, path, body) in head_to_head.items():
                 if isinstance(server, str):
                     results[name] = server  # why it could not run
                     continue
-                load = measure(server, "/v1/chat/completions", openai_body, seconds, connections)
+                load = measure(server, path, body, seconds, connections)
                 best = results.get(name)
                 if not isinstance(best, Load) or faster(load, best):
                     results[name] = load
@@ -181,28 +210,6 @@ def run(
             serve("static-agents", database_url=db, fixture=ours_fixture),
             "/api/ai/agents/query",
             galaxy_body,
-            seconds,
-            connections,
-        )
-        results["static-agents, OpenAI /v1/embeddings (1536 dimensions, base64)"] = measure(
-            serve("static-agents", database_url=db, fixture=ours_fixture),
-            "/v1/embeddings",
-            embeddings_body(directory),
-            seconds,
-            connections,
-        )
-        for store in (True, False):
-            results[f"static-agents, /v1/responses (store: {str(store).lower()})"] = measure(
-                serve("static-agents", database_url=db, fixture=ours_fixture),
-                "/v1/responses",
-                responses_body(directory, store=store),
-                seconds,
-                connections,
-            )
-        results["static-agents, Gemini /v1beta/models/{model}:generateContent"] = measure(
-            serve("static-agents", database_url=db, fixture=ours_fixture),
-            "/v1beta/models/static:generateContent",
-            gemini_body(directory),
             seconds,
             connections,
         )
