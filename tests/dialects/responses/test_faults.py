@@ -3,6 +3,7 @@ meet them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -132,3 +133,33 @@ def test_a_stall_ends_with_response_failed_at_the_maximum_duration(
     assert "maximum stream duration" in events[-1]["response"]["error"]["message"]
     assert JournalEntry.objects.get().outcome == "fault"
     assert StoredResponse.objects.get().body["status"] == "failed"
+
+
+def test_a_stall_cut_off_reaches_the_stream_helper_as_response_failed(
+    live_url: str, load_rules: Callable[[Any], Any], settings: Any
+) -> None:
+    load_rules(RULES)
+    settings.STATIC_AGENTS_MAX_STREAM_SECONDS = 0.2
+    client = openai.OpenAI(base_url=f"{live_url}/v1", api_key="sk-test", max_retries=0)
+    with client.responses.stream(model="gpt-5", input="#stall") as stream:
+        events = list(stream)
+    assert events[-1].type == "response.failed"
+    assert "maximum stream duration" in events[-1].response.error.message
+
+
+def test_the_agents_sdk_raises_on_a_stall_cut_off(
+    live_url: str, load_rules: Callable[[Any], Any], settings: Any
+) -> None:
+    # A plain test (the rules are loaded through the ORM), running the agent's loop itself.
+    load_rules(RULES)
+    settings.STATIC_AGENTS_MAX_STREAM_SECONDS = 0.2
+    set_tracing_disabled(True)
+
+    async def streamed_run() -> None:
+        client = openai.AsyncOpenAI(base_url=f"{live_url}/v1", api_key="sk-test", max_retries=0)
+        agent = Agent(name="a", model=OpenAIResponsesModel(model="gpt-5", openai_client=client))
+        async for _ in Runner.run_streamed(agent, "#stall").stream_events():
+            pass
+
+    with pytest.raises(ModelBehaviorError, match="maximum stream duration"):
+        asyncio.run(streamed_run())
