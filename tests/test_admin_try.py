@@ -103,6 +103,8 @@ def test_context_json_errors_name_line_and_column_and_nothing_is_tried(
     assert response.context["form"].errors["context"] == ["line 2, column 3: Expecting value"]
     response = tried(admin_client, query="x", context="[1]")
     assert response.context["form"].errors["context"] == ["must be a JSON object"]
+    response = tried(admin_client, query="x", context="[" * 50_000 + "]" * 50_000)
+    assert response.context["form"].errors["context"] == ["nested too deeply"]
 
 
 def test_trying_moves_no_script_and_records_nothing(admin_client: Client) -> None:

@@ -72,6 +72,8 @@ class TryRuleForm(forms.Form):
         except json.JSONDecodeError as exc:
             message = f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
             raise ValidationError(message, code="invalid_json") from None
+        except RecursionError:
+            raise ValidationError("nested too deeply", code="invalid_json") from None
         if not isinstance(value, dict):
             raise ValidationError("must be a JSON object", code="type")
         return value
