@@ -15,6 +15,7 @@ from google import genai
 from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.genai import errors, types
 
+from staticagents.core.replies import chaos_fault
 from staticagents.models import JournalEntry
 from staticagents.testing.client import StaticAgentsClient
 from tests.dialects.gemini.test_adk_agent import run, weather_agent
@@ -129,3 +130,22 @@ async def test_an_adk_agents_streamed_run_raises_what_the_sdk_raises(
             RunConfig(streaming_mode=StreamingMode.SSE),
         )
     assert outcomes(static_agents) == ["fault"]
+
+
+def test_chaos_in_the_defaults_faults_the_gemini_streams_its_seed_and_session_draw(
+    static_agents: StaticAgentsClient, client: genai.Client
+) -> None:
+    chaos = {"probability": 0.5, "kinds": ["error_event"], "seed": 21}
+    static_agents.install(
+        {"defaults": {"chaos": chaos}, "rules": [{"name": "any", "response": {"content": CONTENT}}]}
+    )
+    faulted = []
+    for _ in range(8):
+        try:
+            stream_into(client, "hello", [])
+            faulted.append(False)
+        except errors.ServerError:
+            faulted.append(True)
+    expected = [chaos_fault(chaos, static_agents.session, "any", n) for n in range(1, 9)]
+    assert faulted == [fault is not None for fault in expected]
+    assert True in faulted and False in faulted
