@@ -18,6 +18,7 @@ SOURCE_ROOT = Path(staticagents.__file__).resolve().parents[1]
 
 AGENT_TESTS = """
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -66,17 +67,36 @@ def test_the_next_test_gets_the_demo_rules_and_a_new_session(
 
 
 def test_the_anthropic_sdk_finds_the_service(
-    static_agents, anthropic_base_url, static_agents_headers, static_agents_server
+    static_agents, anthropic_base_url, static_agents_server
 ):
-    assert anthropic_base_url == static_agents.base_url == static_agents_server.url
-    agent = anthropic.Anthropic(
-        base_url=anthropic_base_url, api_key="x", default_headers=static_agents_headers
-    )
+    assert anthropic_base_url == f"{static_agents_server.url}/sessions/{static_agents.session}"
+    agent = anthropic.Anthropic(base_url=anthropic_base_url, api_key="x")
     answer = agent.messages.create(
         model="m", max_tokens=50, messages=[{"role": "user", "content": "ping"}]
     )
     assert answer.content[0].text == "ping"
     assert static_agents.requests()[0].dialect == "anthropic"
+
+
+def test_the_base_urls_bind_the_session_with_no_header(
+    static_agents, openai_base_url, galaxy_base_url, adk_base_url
+):
+    agent = openai.OpenAI(base_url=openai_base_url, api_key="x", max_retries=0)
+    agent.chat.completions.create(model="m", messages=[{"role": "user", "content": "o"}])
+    httpx.post(f"{galaxy_base_url}/api/ai/agents/query", json={"query": "g"})
+    message = {"role": "user", "parts": [{"text": "a"}]}
+    run = {"appName": "router", "userId": "u", "sessionId": "s", "newMessage": message}
+    httpx.post(f"{adk_base_url}/run", json=run)
+    assert [(r.dialect, r.query) for r in static_agents.requests()] == [
+        ("openai", "o"), ("galaxy", "g"), ("adk", "a")
+    ]
+
+
+def test_a_request_without_the_session_is_pointed_out(static_agents, static_agents_server):
+    agent = openai.OpenAI(base_url=f"{static_agents_server.url}/v1", api_key="x")
+    agent.chat.completions.create(model="m", messages=[{"role": "user", "content": "lost"}])
+    httpx.post(f"{static_agents_server.url}/api/ai/agents/query", json={"query": "lost too"})
+    assert static_agents.requests(), "the agent's requests are not in the test's session"
 
 
 def test_a_failing_agent_test_shows_its_journal(
@@ -124,16 +144,23 @@ def test_agent_tests_get_the_service_their_fixture_and_a_session_of_their_own(
 
     result = run(inner_pytest)
 
-    result.assert_outcomes(passed=4, failed=1, errors=2)
+    result.assert_outcomes(passed=5, failed=2, errors=2)
     output = result.stdout.str()
     # The failing test's report carries its session's journal, and only that.
-    assert output.count("Static Agents journal") == 1
+    assert output.count("Static Agents journal") == 2
     journal = output.split("Static Agents journal (session test_a_failing_agent_test_shows")[1]
     journal = journal.split("short test summary")[0]
-    assert "#1 openai /v1/chat/completions -> rule 'echo', answered 200" in journal
+    assert "/v1/chat/completions -> rule 'echo', answered 200" in journal
     assert "query: 'remember this question'" in journal
     assert '"content": "remember this question"' in journal
     assert "echo me" not in journal
+    # Requests that missed the test's session are pointed out, in that test's report only.
+    assert output.count("Static Agents: requests in the global session") == 1
+    strays = output.split("Static Agents: requests in the global session")[1]
+    strays = strays.split("test_a_failing_agent_test_shows_its_journal")[0]
+    assert "2 request(s) reached the global session, not this test's session" in strays
+    assert "POST /v1/chat/completions (openai): use openai_base_url" in strays
+    assert "POST /api/ai/agents/query (galaxy): use galaxy_base_url" in strays
     # Fixtures the service refuses are setup errors naming the problem.
     assert "the test's Static Agents fixture was not installed:" in output
     assert "rules[0].match.querry: unknown key" in output
