@@ -182,3 +182,67 @@ def test_the_plugin_does_nothing_unless_a_test_uses_it(inner_pytest: pytest.Pyte
     result = run(inner_pytest, "--setup-show")
     result.assert_outcomes(passed=1)
     assert "static_agents" not in result.stdout.str().replace("static_agents_fixture", "")
+
+
+PARALLEL_TESTS = """
+import os
+
+import openai
+import pytest
+
+from staticagents.testing.client import tool_call
+
+
+def ask(base_url, question):
+    agent = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": question}]
+    return agent.chat.completions.create(model="m", messages=messages).choices[0].message
+
+
+def note_the_service(static_agents_server, name):
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    with open(os.path.join(os.environ["SERVICES_SEEN"], name), "w") as seen:
+        seen.write(f"{worker} {static_agents_server.url}")
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_a_script_of_its_own(static_agents, static_agents_server, openai_base_url, n):
+    note_the_service(static_agents_server, f"script-{n}")
+    static_agents.replies(f"first {n}", tool_call("lookup", id=f"call_{n}"))
+    assert ask(openai_base_url, "q").content == f"first {n}"
+    assert ask(openai_base_url, "q").tool_calls[0].id == f"call_{n}"
+    assert [r.query for r in static_agents.requests()] == ["q", "q"]
+
+
+@pytest.mark.parametrize("n", range(4))
+@pytest.mark.static_agents_fixture({"rules": [{"name": "fixed", "response": {"content": "F"}}]})
+def test_rules_of_its_own(static_agents, static_agents_server, openai_base_url, n):
+    note_the_service(static_agents_server, f"rules-{n}")
+    assert ask(openai_base_url, f"r{n}").content == "F"
+    [request] = static_agents.requests()
+    assert (request.query, request.rule) == (f"r{n}", "fixed")
+
+
+def test_a_failure_shows_its_journal_and_its_strays(static_agents, static_agents_server):
+    ask(f"{static_agents_server.url}/v1", "stray")
+    assert static_agents.requests()
+"""
+
+
+def test_the_plugin_runs_under_xdist_with_a_service_per_worker(
+    inner_pytest: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = inner_pytest.mkdir("services-seen")
+    monkeypatch.setenv("SERVICES_SEEN", str(seen))
+    inner_pytest.makepyfile(test_parallel=PARALLEL_TESTS)
+
+    result = run(inner_pytest, "-p", "xdist.plugin", "-n", "2")
+
+    result.assert_outcomes(passed=10, failed=1)
+    services = {path.read_text() for path in seen.iterdir()}
+    workers = {service.split()[0] for service in services}
+    urls = {service.split()[1] for service in services}
+    assert workers == {"gw0", "gw1"} and len(urls) == 2  # one service each, used throughout
+    output = result.stdout.str()
+    assert "Static Agents journal (session test_a_failure_shows_its_journal" in output
+    assert "POST /v1/chat/completions (openai): use openai_base_url" in output
