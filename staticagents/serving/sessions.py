@@ -46,14 +46,19 @@ class SessionPrefix:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path, root = scope.get("path", ""), scope.get("root_path", "")
-        # The ASGI path includes root_path (a server mounted below a prefix).
-        start = len(root) if path.startswith(root) else 0
-        if not path.startswith(PREFIX, start) or scope["type"] not in ("http", "websocket"):
+        path = scope.get("path")
+        if path is None or PREFIX not in path:  # the reply path's one check
             await self.app(scope, receive, send)
             return
+        await self.bind(scope, receive, send, path)
+
+    async def bind(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        root = scope.get("root_path", "")
+        # The ASGI path includes root_path (a server mounted below a prefix).
+        start = len(root) if path.startswith(root) else 0
         end = path.find("/", start + len(PREFIX))
-        if end < 0:  # "/sessions/{key}" alone names no route: the 404 is Django's
+        if not path.startswith(PREFIX, start) or end < 0:
+            # Not a prefix, or "/sessions/{key}" alone: no route, Django's 404.
             await self.app(scope, receive, send)
             return
         key = path[start + len(PREFIX) : end]

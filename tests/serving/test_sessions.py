@@ -61,11 +61,11 @@ def test_the_anthropic_sdk_needs_only_the_base_url(
 ) -> None:
     agent = anthropic.Anthropic(base_url=anthropic_base_url, api_key="x", max_retries=0)
     message = [{"role": "user", "content": "ping"}]
-    answer = agent.messages.create(model="m", max_tokens=20, messages=message)  # type: ignore[arg-type]
-    with agent.messages.stream(model="m", max_tokens=20, messages=message) as stream:  # type: ignore[arg-type]
+    answer = agent.messages.create(model="m", max_tokens=20, messages=message)
+    with agent.messages.stream(model="m", max_tokens=20, messages=message) as stream:
         streamed = stream.get_final_text()
 
-    assert (answer.content[0].text, streamed) == ("ping", "ping")  # type: ignore[union-attr]
+    assert (answer.content[0].text, streamed) == ("ping", "ping")
     assert routes(static_agents) == [("anthropic", "/v1/messages")] * 2
 
 
@@ -174,7 +174,7 @@ def test_an_unknown_route_below_the_prefix_is_journaled_in_the_session(
     agent = anthropic.Anthropic(base_url=anthropic_base_url, api_key="x", max_retries=0)
     with pytest.raises(anthropic.NotFoundError) as raised:
         agent.beta.files.list()
-    assert raised.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    assert raised.value.body["error"]["type"] == "not_found_error"
 
     [entry] = static_agents.requests()
     assert (entry.dialect, entry.outcome, entry.method) == ("anthropic", "unknown_route", "GET")
@@ -187,7 +187,7 @@ def test_a_key_too_long_is_refused_in_the_dialects_own_error_shape(
     agent = anthropic.Anthropic(base_url=base_url, api_key="x", max_retries=0)
     with pytest.raises(anthropic.BadRequestError) as raised:
         agent.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
-    message = raised.value.body["error"]["message"]  # type: ignore[index]
+    message = raised.value.body["error"]["message"]
     assert "session key is 201 characters long: at most 200" in message
 
     openai_agent = openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0)
