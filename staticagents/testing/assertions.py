@@ -281,7 +281,7 @@ def _recorded(requests: Requests, check: str) -> list[RecordedRequest]:
     if not recorded:
         raise AssertionError(
             f"{check}: no requests to check{where}. Did the agent use the session's base "
-            "URL (the client's .openai_base_url, ...) or send its header (.headers)?"
+            "URL (the client's .openai_base_url, ...) or send X-Static-Session (.headers)?"
         )
     return recorded
 
