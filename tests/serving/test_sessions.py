@@ -247,3 +247,25 @@ def test_the_routers_path_cache_holds_routes_not_sessions(live_url: str, load_ru
     cached = application.app.resolved
     assert "/v1/chat/completions" in cached
     assert not [path for path in cached if path.startswith("/sessions/")]
+
+
+async def test_below_a_mount_point_the_prefix_extends_the_root_path() -> None:
+    from staticagents.serving.sessions import SessionPrefix
+
+    seen: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(scope)
+
+    scope = {
+        "type": "http",
+        "path": "/mount/sessions/ci-42/v1/chat/completions",
+        "root_path": "/mount",
+        "headers": [(b"x-static-session", b"other"), (b"accept", b"*/*")],
+    }
+    await SessionPrefix(app)(scope, None, None)
+
+    [bound] = seen
+    assert bound["root_path"] == "/mount/sessions/ci-42"
+    assert bound["path"] == scope["path"]  # ASGI's path keeps its root_path
+    assert bound["headers"] == [(b"accept", b"*/*"), (b"x-static-session", b"ci-42")]
