@@ -20,7 +20,9 @@ Fixtures:
   the same session as a header, for a client that builds its own URLs.
 * ``static_agents_server``: the running service (``.url``, ``.token``), once per run.
 
-When a test that used the service fails, its report shows the journal of its session.
+When a test that used the service fails, its report shows the journal of its session,
+and the requests that reached the global session while it ran (a forgotten header, a
+URL built by hand). Under pytest-xdist each worker starts a service of its own.
 """
 
 from __future__ import annotations
