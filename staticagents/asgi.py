@@ -29,6 +29,7 @@ from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
+from staticagents.serving.sessions import SessionPrefix  # noqa: E402
 
 # The router tries the reply routes in order: the busiest first.
 reply_routes = [
@@ -45,16 +46,19 @@ reply_routes = [
 websocket_application = URLRouter([*websocket.websocket_routes, websocket.unknown_path_route])
 # A reply route's request goes straight to its handler (which refuses a NUL character in
 # the path or query itself); any other request meets the PathGuard, then Django or Channels.
-application = ReplyRouter(
-    reply_routes,
-    PathGuard(
-        ProtocolTypeRouter(
-            {
-                "http": RequestGuard(django_application),  # type: ignore[arg-type]
-                "websocket": websocket_application,
-            }
-        )
-    ),
+# In front of them all, /sessions/{key}/... binds the rest of the path to a session.
+application = SessionPrefix(
+    ReplyRouter(
+        reply_routes,
+        PathGuard(
+            ProtocolTypeRouter(
+                {
+                    "http": RequestGuard(django_application),  # type: ignore[arg-type]
+                    "websocket": websocket_application,
+                }
+            )
+        ),
+    )
 )
 
 

@@ -22,7 +22,8 @@ class ReplyRouter:
 
     The routes are Django URL patterns (``path``/``re_path``), matched against the
     path without its leading slash; what they capture is in
-    ``scope["url_route"]["kwargs"]``, as Channels' router puts it. A path's
+    ``scope["url_route"]["kwargs"]``, as Channels' router puts it. The path is taken
+    below ``root_path`` (where ``SessionPrefix`` puts a session prefix). A path's
     resolution is remembered (up to ``CACHE_SIZE`` paths, then forgotten at once).
     """
 
@@ -39,6 +40,9 @@ class ReplyRouter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path = scope["path"]
+            root = scope.get("root_path")
+            if root:  # a mount point (or a session prefix): the routes are below it
+                path = path.removeprefix(root)
             try:
                 resolved = self.resolved[path]
             except KeyError:

@@ -95,7 +95,7 @@ def test_replies_script_a_tool_loop_and_requests_show_what_the_agent_sent(
     assert first.id < second.id
     assert (first.dialect, first.route, first.rule, first.outcome) == (
         "openai",
-        "/v1/chat/completions",
+        f"/sessions/{client.session}/v1/chat/completions",  # the route the SDK used
         "replies",
         "answered",
     )
@@ -358,7 +358,8 @@ def test_assert_no_credentials_names_the_request_the_place_and_masks_the_secret(
         assert_no_credentials(client, secrets=["hunter2"])
     message = str(caught.value)
     assert message.splitlines()[0] == "credentials found in request bodies:"
-    label = "request 2 of 2 (openai /v1/chat/completions -> rule 'replies', answered 200)"
+    route = f"/sessions/{client.session}/v1/chat/completions"
+    label = f"request 2 of 2 (openai {route} -> rule 'replies', answered 200)"
     assert f"{label}: messages[1].content: secret #1 given to the check ('hunt…'" in message
     assert "messages[1].content: an OpenAI API key 'sk-p…' (56 characters)" in message
     assert "messages[0].content: a password in a URL" in message

@@ -25,8 +25,6 @@ from staticagents.dialects.galaxy.wire import GalaxyRequestInvalid
 from staticagents.serving import access
 from staticagents.serving.route import ReplyRoute, RequestRejected, sse_frames
 
-ROUTE = "/api/chat/stream"
-
 
 class GalaxyRejection(RequestRejected):
     """A rejected request that keeps Galaxy's error code."""
@@ -67,7 +65,7 @@ class GalaxyStreamRoute(ReplyRoute):
             await self.finish(galaxy.missing_query_events(chat.agent_type))
             return
         work = database_sync_to_async(chat_exchanges.answer_chat_turn)(
-            chat, headers=self.request_headers, route=ROUTE, body=body, started=started
+            chat, headers=self.request_headers, route=self.scope["path"], body=body, started=started
         )
         try:
             turn = await self.answering(work, lambda turn: turn.answer.entry_id)

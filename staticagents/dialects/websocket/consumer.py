@@ -119,7 +119,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             message, session=session, turn=turn, headers=self.handshake_headers
         )
         body = text if text is not None else (data or b"").decode("utf-8", "replace")
-        answer: Answer = await aanswer_inquiry(inquiry, route=ROUTE, body=body)
+        answer: Answer = await aanswer_inquiry(inquiry, route=self.scope["path"], body=body)
         self.entry_id = answer.entry_id
         events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
         await self.stream(events, message.request_id, answer.reply.fault)
