@@ -33,6 +33,7 @@ from staticagents.serving.logs import FORMATS, LEVELS, log_config
 
 # Once told to stop, requests still running after this long are cancelled.
 SHUTDOWN_GRACE_SECONDS = 5
+BACKLOG = 2048  # uvicorn's own
 
 
 def port_number(text: str) -> int:
@@ -117,7 +118,10 @@ class Command(BaseCommand):
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (the server listens on it later); a CommandError if not."""
+    """A socket listening on ``host:port``, or a CommandError saying why not.
+
+    Connections that arrive before the server accepts them wait in its backlog.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -127,6 +131,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         reason = (exc.strerror or str(exc)).lower()
         raise CommandError(f"cannot listen on {host}:{port} (--host, --port): {reason}") from None
+    sock.listen(BACKLOG)
     sock.set_inheritable(True)  # the worker processes serve it too
     return sock
 
