@@ -32,31 +32,31 @@ class Observed:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        record = RequestRecord()
-        reset = current_request.set(record)
-        started = perf_counter()
-        response = Response()
-
-        async def observed_send(message: Message) -> None:
-            if response.status == 0:
-                response.starts(message)
-            await send(message)
-
+        exchange = Exchange(send)
+        reset = current_request.set(exchange)
         try:
-            await self.app(scope, receive, observed_send)
+            await self.app(scope, receive, exchange.send)
         finally:
             current_request.reset(reset)
-            finished(scope, record, response, started)
+            finished(scope, exchange)
 
 
-class Response:
-    """The status of a response, and when it began, from the first message that says."""
+class Exchange(RequestRecord):
+    """One request: what the journal recorded, the response's status and when it began."""
 
-    __slots__ = ("began", "status")
+    __slots__ = ("began", "send_on", "started", "status")
 
-    def __init__(self) -> None:
+    def __init__(self, send: Send) -> None:
+        super().__init__()
+        self.send_on = send
         self.status = 0
+        self.started = perf_counter()
         self.began = 0.0
+
+    async def send(self, message: Message) -> None:
+        if self.status == 0:
+            self.starts(message)
+        await self.send_on(message)
 
     def starts(self, message: Message) -> None:
         kind = message["type"]
@@ -71,17 +71,49 @@ class Response:
         self.began = perf_counter()
 
 
-def finished(scope: Scope, record: RequestRecord, response: Response, started: float) -> None:
+def finished(scope: Scope, exchange: Exchange) -> None:
     """Count the request and log its line (the server answers an unstarted response with 500)."""
-    status = response.status or 500
-    websocket = scope["type"] == "websocket"
-    dialect = record.dialect or ("websocket" if websocket else api_of(scope["path"], {}))
-    outcome = record.outcome or "none"
-    REQUESTS.labels(dialect, outcome, str(status)).inc()
+    status = exchange.status or 500
+    dialect = exchange.dialect or dialect_of(scope)
     ended = perf_counter()
-    REPLY_SECONDS.labels(dialect).observe((response.began or ended) - started)
+    counted = _counted.get((dialect, exchange.outcome, status))
+    if counted is None:
+        counted = _count(dialect, exchange.outcome, status)
+    counted[0].inc()
+    counted[1].observe((exchange.began or ended) - exchange.started)
     if access_log.isEnabledFor(logging.INFO):
-        log_line(scope, record, status, dialect, (ended - started) * 1000)
+        log_line(scope, exchange, status, dialect, (ended - exchange.started) * 1000)
+
+
+# The metrics' children by (dialect, outcome, status): finding one by its labels costs
+# more than counting. A handful of combinations occur; the cache is bounded all the same.
+_counted: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+_dialects: dict[str, str] = {}  # the dialect of a path no journal entry named
+CACHE_SIZE = 1024
+
+
+def _count(dialect: str, outcome: str, status: int) -> tuple[Any, Any]:
+    if len(_counted) >= CACHE_SIZE:
+        _counted.clear()
+    children = (
+        REQUESTS.labels(dialect, outcome or "none", str(status)),
+        REPLY_SECONDS.labels(dialect),
+    )
+    _counted[(dialect, outcome, status)] = children
+    return children
+
+
+def dialect_of(scope: Scope) -> str:
+    """The API a request was for, from its path, when no journal entry said."""
+    if scope["type"] == "websocket":
+        return "websocket"
+    path = scope["path"]
+    dialect = _dialects.get(path)
+    if dialect is None:
+        if len(_dialects) >= CACHE_SIZE:
+            _dialects.clear()
+        dialect = _dialects[path] = api_of(path, {})
+    return dialect
 
 
 def log_line(
