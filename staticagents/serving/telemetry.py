@@ -11,6 +11,7 @@ never a key.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from time import perf_counter
 from typing import Any
 
@@ -47,16 +48,16 @@ class Exchange(RequestRecord):
     __slots__ = ("began", "send_on", "started", "status")
 
     def __init__(self, send: Send) -> None:
-        super().__init__()
+        self.dialect = self.rule = self.outcome = ""
         self.send_on = send
         self.status = 0
         self.started = perf_counter()
         self.began = 0.0
 
-    async def send(self, message: Message) -> None:
+    def send(self, message: Message) -> Awaitable[None]:
         if self.status == 0:
             self.starts(message)
-        await self.send_on(message)
+        return self.send_on(message)  # the server's own send, awaited by the caller
 
     def starts(self, message: Message) -> None:
         kind = message["type"]
