@@ -78,7 +78,9 @@ class Command(BaseCommand):
             choices=tuple(LEVELS),
             help="info and below: one access-log line per request on stdout",
         )
-        parser.add_argument("--log-format", default="text", choices=FORMATS)
+        parser.add_argument(
+            "--log-format", default="text", choices=FORMATS, help="json: one object a line"
+        )
         parser.add_argument(
             "--proxy-headers",
             action="store_true",
