@@ -6,6 +6,8 @@ WebSocket goes to its Channels consumer; the Galaxy API, the control API and
 the admin go through Django (DESIGN section 1).
 """
 
+import asyncio
+import contextlib
 import gc
 import os
 from typing import Any
@@ -30,6 +32,8 @@ from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
 from staticagents.serving.sessions import SessionPrefix  # noqa: E402
+from staticagents.serving.shutdown import stop_streams_on_exit_signals  # noqa: E402
+from staticagents.serving.telemetry import Observed  # noqa: E402
 
 # The router tries the reply routes in order: the busiest first.
 reply_routes = [
@@ -44,26 +48,30 @@ reply_routes = [
     *galaxy_stream.http_routes,
 ]
 websocket_application = URLRouter([*websocket.websocket_routes, websocket.unknown_path_route])
-# A reply route's request goes straight to its handler (which refuses a NUL character in
-# the path or query itself); any other request meets the PathGuard, then Django or Channels.
-# In front of them all, /sessions/{key}/... binds the rest of the path to a session.
-application = SessionPrefix(
-    ReplyRouter(
-        reply_routes,
-        PathGuard(
-            ProtocolTypeRouter(
-                {
-                    "http": RequestGuard(django_application),  # type: ignore[arg-type]
-                    "websocket": websocket_application,
-                }
-            )
-        ),
+# Every request is counted and logged (serving.telemetry); /sessions/{key}/... binds the
+# rest of the path to a session; a reply route's request then goes straight to its handler
+# (which refuses a NUL character in the path or query itself); any other request meets the
+# PathGuard, then Django or Channels.
+application = Observed(
+    SessionPrefix(
+        ReplyRouter(
+            reply_routes,
+            PathGuard(
+                ProtocolTypeRouter(
+                    {
+                        "http": RequestGuard(django_application),  # type: ignore[arg-type]
+                        "websocket": websocket_application,
+                    }
+                )
+            ),
+        )
     )
 )
 
 
 def served_application() -> Any:
-    """The ASGI application as ``serve`` runs it, in each worker process: the collector tuned.
+    """The ASGI application as ``serve`` runs it, in each worker process: streams end at once
+    when the service is told to stop (``serving.shutdown``), and the collector is tuned.
 
     Each request allocates thousands of short-lived containers, so with Python's
     default thresholds the cyclic collector ran thousands of times a second (a
@@ -71,6 +79,8 @@ def served_application() -> Any:
     nearly all of them: the collector runs after a million net allocations, and
     what start-up built is frozen out of its way.
     """
+    with contextlib.suppress(RuntimeError):  # called outside a server's loop: no signals
+        stop_streams_on_exit_signals(asyncio.get_running_loop())
     gc.collect()
     gc.freeze()
     gc.set_threshold(1_000_000, 20, 100)

@@ -101,6 +101,11 @@ def journal_counters(*, session: str | None = None) -> dict[str, Any]:
     }
 
 
+def stored_control_token() -> ControlToken | None:
+    """The token ``serve`` created (its digest, hint and date), if it created one."""
+    return ControlToken.objects.order_by("id").first()
+
+
 def stored_control_token_digest() -> str | None:
     """The digest of the token ``serve`` created, if it created one."""
     return ControlToken.objects.order_by("id").values_list("digest", flat=True).first()

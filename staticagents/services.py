@@ -401,6 +401,18 @@ def ensure_control_token(configured: str) -> str | None:
     with transaction.atomic():
         if ControlToken.objects.exists():
             return None
-        token = secrets.token_urlsafe(32)
-        ControlToken.objects.create(digest=ControlToken.digest_of(token))
-        return token
+        return _store_new_control_token()
+
+
+def rotate_control_token() -> str:
+    """Replace the stored control token with a new one, and return it (it is shown only now)."""
+    with transaction.atomic():
+        ControlToken.objects.all().delete()
+        return _store_new_control_token()
+
+
+def _store_new_control_token() -> str:
+    token = secrets.token_urlsafe(32)
+    hint = token[: ControlToken.HINT_LENGTH]
+    ControlToken.objects.create(digest=ControlToken.digest_of(token), hint=hint)
+    return token

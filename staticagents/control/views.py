@@ -3,15 +3,19 @@ explain.
 
 Tests and people drive the service through it. Every route needs the control
 token (``Authorization: Bearer …``) or a staff session; anything else gets 401
-and changes nothing. Rules travel in fixture form and pass the same schema as a
-YAML import; every error has the shape ``{"errors": [{path, message, code}]}``.
+and changes nothing. The token may do everything; a staff user only what their
+Django model permissions allow, as in the admin: each view names the permissions
+each method needs (``needs``: ``view_*`` to read, ``add_*``/``change_*``/``delete_*``
+to write), and a session without them gets 403. Rules travel in fixture form and
+pass the same schema as a YAML import; every error has the shape
+``{"errors": [{path, message, code}]}``.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import asdict, dataclass
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import orjson
 from django.http import HttpResponse
@@ -24,7 +28,7 @@ from rest_framework.authentication import (
 from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -101,6 +105,25 @@ class StaffSessionAuthentication(SessionAuthentication):
         return user, None
 
 
+class ModelPermissions(BasePermission):
+    """The control token may do anything; a staff user what the view ``needs`` for the method."""
+
+    message = "your account lacks the permission this needs (ask for it in the admin)"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if isinstance(user, ControlClient):
+            return True
+        if user is None or not user.is_authenticated:
+            return False
+        method = "GET" if request.method == "HEAD" else request.method
+        needed = view.needs.get(method, ())
+        if not user.has_perms([f"staticagents.{codename}" for codename in needed]):
+            self.message = f"{request.method} here needs the permission(s) {', '.join(needed)}"
+            return False
+        return True
+
+
 class JSONBodyParser(JSONParser):
     """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail)."""
 
@@ -120,7 +143,9 @@ class JSONBodyParser(JSONParser):
 
 class ControlView(APIView):
     authentication_classes = [ControlTokenAuthentication, StaffSessionAuthentication]
-    permission_classes = [IsAuthenticated]
+    permission_classes = [ModelPermissions]
+    # Method → the model permissions a staff user needs for it (codenames, without the app).
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {}
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONBodyParser]
 
@@ -186,6 +211,8 @@ def patched_rule(current: dict[str, Any], patch: Any) -> Any:
 class RulesView(ControlView):
     """``GET`` the rules in order; ``POST`` one rule to append it."""
 
+    needs = {"GET": ("view_rule",), "POST": ("add_rule",)}
+
     def get(self, request: Request) -> Response:
         return Response({"rules": stored_document()["rules"]})
 
@@ -197,6 +224,13 @@ class RulesView(ControlView):
 
 class RuleView(ControlView):
     """One rule by name: ``GET``, ``PUT`` (replace), ``PATCH`` (merge patch), ``DELETE``."""
+
+    needs = {
+        "GET": ("view_rule",),
+        "PUT": ("change_rule",),
+        "PATCH": ("change_rule",),
+        "DELETE": ("delete_rule",),
+    }
 
     def get(self, request: Request, name: str) -> Response:
         return Response(_rule(name).document())
@@ -222,6 +256,8 @@ def _rule(name: str) -> Rule:
 
 class ReorderRulesView(ControlView):
     """``POST ["b", "a"]``: those rules first, in that order; the others follow in theirs."""
+
+    needs = {"POST": ("change_rule",)}
 
     def post(self, request: Request) -> Response:
         names = serializers.ListField(child=serializers.CharField(), allow_empty=False)
@@ -257,6 +293,12 @@ class FixtureView(ControlView):
     The body is YAML, JSON or the ADK test-agent format, read raw whatever its
     content type; a document with any error changes nothing (400, every error).
     """
+
+    needs = {
+        "GET": ("view_rule",),
+        "PUT": ("add_rule", "change_rule", "delete_rule"),  # the rules are replaced
+        "POST": ("add_rule", "change_rule"),
+    }
 
     def get(self, request: Request) -> Response | HttpResponse:
         reject_unknown_params(request, {"format"})
@@ -313,6 +355,8 @@ class JournalPagination(CursorPagination):
 class JournalView(ControlView):
     """``GET`` entries, newest first, filtered; ``DELETE`` clears all or ``?session=``."""
 
+    needs = {"GET": ("view_journalentry",), "DELETE": ("delete_journalentry",)}
+
     class FilterSerializer(serializers.Serializer):
         session = serializers.CharField(required=False)
         dialect = serializers.ChoiceField(DIALECTS, required=False)
@@ -360,12 +404,16 @@ class JournalView(ControlView):
 class SessionView(ControlView):
     """``DELETE``: the session's fresh start (sequence positions, fail-first counts, journal)."""
 
+    needs = {"DELETE": ("delete_sessioncounter", "delete_journalentry")}
+
     def delete(self, request: Request, key: str) -> Response:
         return Response({"session": key, **reset_session(session=key)})
 
 
 class CountersView(ControlView):
     """``GET`` what the service saw, overall or ``?session=``; ``DELETE`` resets it."""
+
+    needs = {"GET": ("view_journalentry",), "DELETE": ("change_journalentry",)}
 
     def get(self, request: Request) -> Response:
         return Response(journal_counters(session=session_param(request)))
@@ -381,6 +429,8 @@ class CountersView(ControlView):
 
 class ExplainView(ControlView):
     """``POST`` an inquiry: the rule that would answer, and why each rule before it did not."""
+
+    needs = {"POST": ("view_rule",)}  # reads the rules, changes nothing
 
     class InputSerializer(serializers.Serializer):
         query = serializers.CharField(allow_blank=True, trim_whitespace=False)

@@ -61,6 +61,7 @@ from django.db.models import Field
 from staticagents.conf import settings
 from staticagents.models import JournalEntry
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
+from staticagents.replying.recorded import note_entry, note_outcome
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class JournalWriter:
 
     async def record(self, entry: Entry) -> int:
         """Insert ``entry``; its id, once it is committed."""
+        note_entry(entry)
         backend = self._on_loop()
         if backend is not None:
             return await backend.insert(entry)
@@ -109,6 +111,7 @@ class JournalWriter:
 
     def record_now(self, entry: Entry) -> int:
         """Insert ``entry`` on this thread's connection (in its transaction, if any); its id."""
+        note_entry(entry)
         db = connections[self.using]
         with transaction.atomic(using=self.using):
             [pk] = _write(db, self._table(db, "%s"), self._cap, [entry], [])
@@ -118,6 +121,7 @@ class JournalWriter:
         """Set the outcome of the entry ``entry_id`` (nothing when it is None)."""
         if entry_id is None:
             return
+        note_outcome(outcome)
         backend = self._on_loop()
         if backend is not None:
             await backend.mark(entry_id, outcome)
