@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from staticagents.serving.pacer import pacer
 
 EXIT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+DRAIN_SECONDS = 2.0  # the longest the server waits for the streams to send their rest
+DRAIN_POLL_SECONDS = 0.01
 
 
 def stop_streams_on_exit_signals(loop: asyncio.AbstractEventLoop) -> None:
@@ -34,12 +37,28 @@ def stop_streams_on_exit_signals(loop: asyncio.AbstractEventLoop) -> None:
 
 def _chained(loop: asyncio.AbstractEventLoop, previous: Any) -> Any:
     def on_signal(number: int, frame: FrameType | None) -> None:
+        paced = pacer(loop)
+        if paced.stopping:  # a second signal: the server's own handler at once
+            previous(number, frame)
+            return
         # A signal handler runs between two bytecodes of the loop's thread: hand over.
-        loop.call_soon_threadsafe(_stop_pacing, loop)
-        previous(number, frame)
+        loop.call_soon_threadsafe(_stop_pacing, loop, lambda: previous(number, frame))
 
     return on_signal
 
 
-def _stop_pacing(loop: asyncio.AbstractEventLoop) -> None:
-    pacer(loop).stop()
+def _stop_pacing(loop: asyncio.AbstractEventLoop, stop_server: Callable[[], None]) -> None:
+    """Streams send the rest of their script at once; the server is told to stop once they
+    have ended (or after ``DRAIN_SECONDS``): uvicorn closes an open WebSocket at once when it
+    stops (code 1012), so it must not be told before the WebSocket replies are whole."""
+    paced = pacer(loop)
+    paced.stop()
+    deadline = loop.time() + DRAIN_SECONDS
+
+    def once_drained() -> None:
+        if paced.running and loop.time() < deadline:
+            loop.call_later(DRAIN_POLL_SECONDS, once_drained)
+        else:
+            stop_server()
+
+    once_drained()
