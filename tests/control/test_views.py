@@ -150,7 +150,7 @@ def test_rule_errors_name_their_path_like_an_import_does(control: httpx.Client) 
         "response": {"confidence": "certain"},
     }
     errors = {e["path"]: e for e in errors_of(control.post("/rules", json=bad))}
-    assert errors["match.querry"]["message"] == "unknown key"
+    assert errors["match.querry"]["message"] == "unknown key (did you mean 'query'?)"
     assert errors["match.querry"]["code"] == "unknown_key"
     assert "invalid regex" in errors["match.query"]["message"]
     assert "slug" in errors["name"]["message"]
