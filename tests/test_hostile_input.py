@@ -589,6 +589,28 @@ def test_an_adk_session_created_with_odd_events_still_answers_a_run(http: httpx.
     assert run.status_code == 200, run.text[:300]
 
 
+def test_an_exchange_id_beyond_64_bits_is_refused_naming_it(http: httpx.Client) -> None:
+    huge = "1" + "0" * 5000
+    for ids in (str(2**63), str(-(2**63) - 1), f'"{"9" * 5000}"', huge):
+        content = '{"ids": [' + ids + "]}"
+        response = http.put("/api/chat/exchanges/batch/delete", content=content)
+        message = refusal(response, "galaxy")
+        assert "ids[0]" in message or "number is infinity" in message, message
+
+
+def test_a_fixture_holding_a_5000_digit_number_is_refused(http: httpx.Client) -> None:
+    huge = "1" + "0" * 5000
+    for body in (huge, '{"rules": [{"response": {"usage": ' + huge + "}}]}"):
+        message = refusal(http.put("/control/fixture", content=body), "control")
+        assert "mapping, not int" in message or "beyond 64 bits" in message, message
+
+
+def test_the_static_files_still_serve_the_admins_css(http: httpx.Client) -> None:
+    response = http.get("/static/admin/css/base.css")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/css")
+
+
 # -- queries, paths, methods -----------------------------------------------------------------
 
 BAD_REQUESTS = [
@@ -652,6 +674,16 @@ BAD_REQUESTS = [
     ("DELETE", "/control/sessions/a%00b", "control", 400),
     ("GET", "/v1/models?anything=%00", "openai", 400),
     ("GET", "/v1beta/models?key=%00", "gemini", 400),
+    # numbers and cursors made by hand
+    ("GET", "/api/chat/exchange/9223372036854775808/messages", "galaxy", 400),
+    ("GET", "/api/chat/exchange/" + "9" * 5000 + "/messages", "galaxy", 400),
+    ("GET", "/control/journal?cursor=cj0xJnA9eHl6", "control", 404),  # r=1&p=xyz
+    ("GET", "/control/journal?cursor=cD05OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5", "control", 404),
+    ("GET", "/control/journal?cursor=cD0tMQ", "control", 404),  # p=-1
+    # the admin's static files: a missing one, and paths climbing out of their folders
+    ("GET", "/static/admin/css/nothing.css", "openai", 404),
+    ("GET", "/static/%2e%2e/%2e%2e/etc/passwd", "openai", 404),
+    ("GET", "/static/..%2f..%2fetc/passwd", "openai", 404),
 ]
 
 

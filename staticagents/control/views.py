@@ -21,7 +21,7 @@ from rest_framework.authentication import (
     get_authorization_header,
 )
 from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
@@ -32,6 +32,7 @@ from rest_framework.views import APIView
 from staticagents.conf import settings
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
+from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
@@ -273,6 +274,14 @@ class JournalPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 1000
 
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """DRF's cursor, whose position must be an id: a hand-made one could hold anything."""
+        cursor = super().decode_cursor(request)
+        position = cursor.position if cursor is not None else None
+        if position is not None and not _is_row_id(position):
+            raise NotFound(self.invalid_cursor_message)
+        return cursor
+
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         self.count = queryset.count()
         return super().paginate_queryset(queryset, request, view)
@@ -286,6 +295,11 @@ class JournalPagination(CursorPagination):
                 "results": data,
             }
         )
+
+
+def _is_row_id(text: str) -> bool:
+    """Digits naming a row of a bigint key (a longer number would overflow the query)."""
+    return is_ascii_number(text) and len(text) <= 19 and int(text) < 2**63
 
 
 class JournalView(ControlView):
