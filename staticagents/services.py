@@ -212,7 +212,7 @@ def create_rule(*, document: dict[str, Any]) -> Rule:
             name_rules([*({"name": n} for n in names), document])
         _create_rules([document], start=_next_position())
         _bump_version()
-        return Rule.objects.get(name=document["name"])
+        return _with_responses(document["name"])
 
 
 def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
@@ -224,7 +224,13 @@ def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
             raise _duplicate_name(document["name"])
         _update_rule(rule, document)
         _bump_version()
-        return rule
+        return _with_responses(document["name"])
+
+
+def _with_responses(name: str) -> Rule:
+    """The rule read back with its responses inside the transaction that wrote them, so its
+    ``document()`` cannot meet another writer's changes."""
+    return Rule.objects.prefetch_related("responses").get(name=name)
 
 
 def save_rule(

@@ -36,7 +36,7 @@ from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
-from staticagents.models import ControlToken, JournalEntry, Rule
+from staticagents.models import ControlToken, JournalEntry
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import (
     export_document,
@@ -44,6 +44,7 @@ from staticagents.selectors import (
     journal_entries,
     stored_control_token_digest,
     stored_document,
+    stored_rule,
 )
 from staticagents.services import (
     clear_journal,
@@ -198,13 +199,13 @@ class RuleView(ControlView):
     """One rule by name: ``GET``, ``PUT`` (replace), ``PATCH`` (merge patch), ``DELETE``."""
 
     def get(self, request: Request, name: str) -> Response:
-        return Response(_rule(name).document())
+        return Response(_rule(name))
 
     def put(self, request: Request, name: str) -> Response:
         return Response(update_rule(name=name, document=rule_document(request.data)).document())
 
     def patch(self, request: Request, name: str) -> Response:
-        document = rule_document(patched_rule(_rule(name).document(), request.data))
+        document = rule_document(patched_rule(_rule(name), request.data))
         return Response(update_rule(name=name, document=document).document())
 
     def delete(self, request: Request, name: str) -> Response:
@@ -212,11 +213,11 @@ class RuleView(ControlView):
         return Response(status=204)
 
 
-def _rule(name: str) -> Rule:
-    rule = Rule.objects.filter(name=name).prefetch_related("responses").first()
-    if rule is None:
+def _rule(name: str) -> dict[str, Any]:
+    document = stored_rule(name)
+    if document is None:
         raise NotFound(f"no rule named {name!r}")
-    return rule
+    return document
 
 
 class ReorderRulesView(ControlView):
