@@ -608,7 +608,7 @@ def test_an_invalid_fixture_lists_every_error_with_path_and_line_and_changes_not
     errors = response.context["form"].errors["fixture"]
     assert len(errors) == 3
     assert any(e.startswith("broken.yml:6: rules[1].match.query: invalid regex") for e in errors)
-    assert "broken.yml:7: rules[1].match.querry: unknown key" in errors
+    assert "broken.yml:7: rules[1].match.querry: unknown key (did you mean 'query'?)" in errors
     assert any(e.startswith("broken.yml:8: rules[1].response.confidence:") for e in errors)
     html = response.content.decode()
     assert "broken.yml:7: rules[1].match.querry: unknown key" in html
