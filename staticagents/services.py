@@ -95,11 +95,16 @@ def import_fixture(
 
 
 def _replace(document: dict[str, Any]) -> ImportResult:
-    deleted = _delete_rules(Rule.objects.all())
+    """Every rule is rewritten; the summary counts them by name, as a merge would."""
+    before = set(Rule.objects.values_list("name", flat=True))
+    after = {rule["name"] for rule in document["rules"]}
+    _delete_rules(Rule.objects.all())
     _create_rules(document["rules"], start=0)
     _set_defaults(document["defaults"])
     _set_fallback(document["fallback"])
-    return ImportResult(created=len(document["rules"]), updated=0, deleted=deleted)
+    return ImportResult(
+        created=len(after - before), updated=len(after & before), deleted=len(before - after)
+    )
 
 
 def _merge(document: dict[str, Any]) -> ImportResult:

@@ -310,6 +310,18 @@ def test_dry_run_reports_and_changes_nothing(
 
 
 @pytest.mark.django_db
+def test_reimporting_a_fixture_counts_its_rules_as_they_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    demo = str(FIXTURES / "demo.yml")
+    call_command("import_fixture", demo)
+    rules = len(export_document()["rules"])
+    capsys.readouterr()
+    call_command("import_fixture", demo)
+    assert f"imported: 0 rule(s) created, {rules} updated, 0 deleted" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
 def test_merge_upserts_by_name_and_appends_new_rules(tmp_path: Path) -> None:
     call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     merge = """
