@@ -222,7 +222,7 @@ def test_a_rejected_fixture_names_every_error_and_changes_nothing(
     )
     message = str(rejected.value)
     assert message.startswith(f"fixture {path} was rejected (HTTP 400); no rule was changed:")
-    assert "  rules[0].match.querry: unknown key (line 4)" in message
+    assert "  rules[0].match.querry: unknown key (did you mean 'query'?) (line 4)" in message
     assert [r["name"] for r in client.export_fixture()["rules"]] == ["replies"]
 
 
