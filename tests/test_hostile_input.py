@@ -611,6 +611,34 @@ def test_the_static_files_still_serve_the_admins_css(http: httpx.Client) -> None
     assert response.headers["content-type"].startswith("text/css")
 
 
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_an_adk_session_state_nested_too_deep_is_refused_and_stores_nothing(
+    http: httpx.Client,
+) -> None:
+    """A state orjson could store but never send back (255 levels) once poisoned the session."""
+    sessions = "/apps/router/users/deep/sessions"
+    created = http.post(sessions, json={"sessionId": "deep", "state": nested(300)})
+    assert "state.a.a" in refusal(created, "adk")
+    assert "nested deeper than 64 levels" in refusal(created, "adk")
+    assert refusal(http.post(f"{sessions}/older", json=nested(300)), "adk")
+    assert http.post(sessions, json={"sessionId": "ok", "state": nested(10)}).status_code == 200
+    run = http.post(
+        "/run", json={**ADK_RUN, "userId": "deep", "sessionId": "ok", "stateDelta": nested(300)}
+    )
+    assert "stateDelta.a.a" in refusal(run, "adk")
+    patch = http.patch(f"{sessions}/ok", json={"stateDelta": nested(300)})
+    assert "stateDelta.a.a" in refusal(patch, "adk")
+    assert http.get(f"{sessions}/ok").status_code == 200
+    listed = http.get(sessions)
+    assert listed.status_code == 200 and [s["id"] for s in listed.json()] == ["ok"]
+
+
 # -- queries, paths, methods -----------------------------------------------------------------
 
 BAD_REQUESTS = [

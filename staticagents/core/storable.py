@@ -154,3 +154,19 @@ def _foreign_type(value: Any) -> str:
 def _short(number: int) -> str:
     # str() of an int over 4,300 digits raises: show its size instead.
     return str(number) if abs(number) < 10**30 else f"of {number.bit_length()} bits"
+
+
+def too_deep_in_json(raw: str | bytes, payload: Any) -> str | None:
+    """Where a value parsed from JSON ``raw`` nests deeper than ``MAX_DEPTH``, else None.
+
+    Nesting needs an opening bracket per level, so a body with few of them (nearly
+    every request) skips the walk.
+    """
+    if isinstance(raw, bytes):
+        brackets = raw.count(b"[") + raw.count(b"{")
+    else:
+        brackets = raw.count("[") + raw.count("{")
+    if brackets <= MAX_DEPTH:
+        return None
+    deep = [where for where, _, code in storable_problems(payload) if code == "too_deep"]
+    return (deep[0] or "body") if deep else None
