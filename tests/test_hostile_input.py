@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -637,6 +638,20 @@ def test_an_adk_session_state_nested_too_deep_is_refused_and_stores_nothing(
     assert http.get(f"{sessions}/ok").status_code == 200
     listed = http.get(sessions)
     assert listed.status_code == 200 and [s["id"] for s in listed.json()] == ["ok"]
+
+
+def test_bytes_that_are_no_http_request_get_a_json_400(live_url: str) -> None:
+    host, port = live_url.removeprefix("http://").split(":")
+    for garbage in (b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            raw.sendall(garbage)
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"content-type: application/json" in head.lower(), head
+        assert "Invalid HTTP request" in openai_error(json.loads(body))
 
 
 # -- queries, paths, methods -----------------------------------------------------------------

@@ -78,6 +78,8 @@ class Command(BaseCommand):
         self.stdout.flush()
         import uvicorn
 
+        from staticagents.serving.protocol import JSONErrorsHttpProtocol
+
         uvicorn.run(
             "staticagents.asgi:served_application",
             factory=True,
@@ -87,6 +89,7 @@ class Command(BaseCommand):
             log_level=options["log_level"],
             access_log=False,
             lifespan="off",
+            http=JSONErrorsHttpProtocol,
             # X-Forwarded-* rewriting costs every request a middleware layer; a
             # deployment behind a proxy turns it on with --proxy-headers.
             proxy_headers=options["proxy_headers"],
