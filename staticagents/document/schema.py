@@ -43,7 +43,7 @@ ACTION_PARAMETERS = {
     "refine_query": None,
 }
 # Counts stored in an integer column (PositiveIntegerField: 32 bits on PostgreSQL).
-COLUMN_INT_MAX = 2**31 - 1
+COLUMN_INT_MAX = INT32_MAX = 2**31 - 1
 # Integers sent as they are (usage, seeds, priorities): what a signed 64-bit field holds.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # A Retry-After beyond a day is a typo, not a test.
@@ -177,8 +177,9 @@ class ChaosSpec(Strict):
 
 
 class UsageSpec(Strict):
-    input_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
-    output_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
+    # Gemini's usage fields are 32-bit, and every dialect adds the counts up into a total.
+    input_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
+    output_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
 
 
 class SuggestionSpec(Strict):
