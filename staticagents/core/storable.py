@@ -69,6 +69,10 @@ def parse_json_int(text: str) -> int | HugeNumber:
     return int(text) if len(text) <= 40 else HugeNumber(text)
 
 
+# Where a value sits, kept cheap: (the parent's trail, key or index); None at the top.
+Trail = tuple[Any, Any] | None
+
+
 def storable_problems(value: Any, path: str = "") -> list[tuple[str, str, str]]:
     """Every value in ``value`` that would not come back the same from JSON and the database.
 
@@ -78,31 +82,42 @@ def storable_problems(value: Any, path: str = "") -> list[tuple[str, str, str]]:
     than ``MAX_DEPTH``. Walks with its own stack, never recursing.
     """
     problems: list[tuple[str, str, str]] = []
-    stack: list[tuple[str, Any, int]] = [(path, value, 1)]
+    # Paths are built only for a problem: each entry keeps its trail (parent trail, key).
+    stack: list[tuple[Any, int, Trail]] = [(value, 1, None)]
     while stack:
-        where, item, depth = stack.pop()
+        item, depth, trail = stack.pop()
         if isinstance(item, dict | list) and depth > MAX_DEPTH:
-            problems.append((where, f"nested deeper than {MAX_DEPTH} levels", "too_deep"))
+            message = f"nested deeper than {MAX_DEPTH} levels"
+            problems.append((path_of(path, trail), message, "too_deep"))
         elif isinstance(item, dict):
             for key, child in reversed(list(item.items())):
-                # A key that is no text is named as pydantic names it: metadata[200].
-                child_path = f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]"
-                child_path = child_path.removeprefix(".")
                 problem = _key_problem(key)
                 if problem is not None:
-                    problems.append((child_path, problem, "type"))
+                    problems.append((path_of(path, (trail, key)), problem, "type"))
                 else:
-                    stack.append((child_path, child, depth + 1))
+                    stack.append((child, depth + 1, (trail, key)))
         elif isinstance(item, list):
             stack.extend(
-                (f"{where}[{index}]", child, depth + 1)
+                (child, depth + 1, (trail, index))
                 for index, child in reversed(list(enumerate(item)))
             )
         else:
             wrong = scalar_problem(item)
             if wrong is not None:
-                problems.append((where, *wrong))
+                problems.append((path_of(path, trail), *wrong))
     return problems
+
+
+def path_of(prefix: str, trail: Trail) -> str:
+    """``rules[0].response.metadata[200]``: text keys dotted, indexes and other keys bracketed."""
+    keys = []
+    while trail is not None:
+        trail, key = trail
+        keys.append(key)
+    path = prefix
+    for key in reversed(keys):
+        path = (f"{path}.{key}" if path else key) if isinstance(key, str) else f"{path}[{key}]"
+    return path
 
 
 def scalar_problem(value: Any) -> tuple[str, str] | None:
@@ -125,6 +140,8 @@ def scalar_problem(value: Any) -> tuple[str, str] | None:
 def _text_problem(text: str) -> tuple[str, str] | None:
     if NUL in text:
         return NUL_PROBLEM, "nul"
+    if text.isascii():
+        return None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:

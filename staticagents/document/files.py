@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import Field, field_validator
 
-from staticagents.core.storable import HugeNumber, parse_json_int
+from staticagents.core.storable import HugeNumber, Trail, parse_json_int, path_of
 from staticagents.document import schema
 from staticagents.document.schema import DocumentInvalid, FieldError
 
@@ -323,9 +323,9 @@ def _duplicate_keys(root: yaml.Node) -> list[FieldError]:
     """Keys given twice in one mapping, each with its path and the line of the repeat."""
     errors: list[FieldError] = []
     visited: set[int] = set()
-    stack: list[tuple[str, yaml.Node]] = [("", root)]
+    stack: list[tuple[yaml.Node, Trail]] = [(root, None)]
     while stack:
-        path, node = stack.pop()
+        node, trail = stack.pop()
         if id(node) in visited:  # an alias: its node was checked where it is defined
             continue
         visited.add(id(node))
@@ -334,17 +334,19 @@ def _duplicate_keys(root: yaml.Node) -> list[FieldError]:
             for key, value in node.value:
                 if not isinstance(key, yaml.ScalarNode):
                     continue
-                child, line = (f"{path}.{key.value}" if path else key.value), key.start_mark.line
+                line = key.start_mark.line + 1
                 if key.value in first_line and key.value != "<<":
                     message = (
                         f"duplicate key {key.value!r} (first at line {first_line[key.value]}): "
                         "the last one would silently win"
                     )
-                    errors.append(FieldError(child, message, "duplicate", line + 1))
-                first_line.setdefault(key.value, line + 1)
-                stack.append((child, value))
+                    errors.append(
+                        FieldError(path_of("", (trail, key.value)), message, "duplicate", line)
+                    )
+                first_line.setdefault(key.value, line)
+                stack.append((value, (trail, key.value)))
         elif isinstance(node, yaml.SequenceNode):
-            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(node.value))
+            stack.extend((item, (trail, i)) for i, item in enumerate(node.value))
     return _in_line_order(errors)
 
 
