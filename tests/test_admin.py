@@ -616,6 +616,25 @@ def test_an_invalid_fixture_lists_every_error_with_path_and_line_and_changes_not
     assert export_document() == before_doc and version() == before_version
 
 
+def test_an_upload_with_a_repeated_key_or_a_date_is_refused_with_their_lines(
+    admin_client: Client, rules: None
+) -> None:
+    before_doc = export_document()
+    text = (
+        "rules:\n"
+        "  - name: twice\n"
+        "    match: {query: hello}\n"
+        "    match: {query: bye}\n"
+        "    response: {metadata: {released: 2024-05-01}}\n"
+    )
+    response = upload(admin_client, text, name="twice.yml")
+    errors = response.context["form"].errors["fixture"]
+    assert [e.split(": ")[0] for e in errors] == ["twice.yml:4", "twice.yml:5"], errors
+    assert "rules[0].match: duplicate key 'match' (first at line 3)" in errors[0]
+    assert "rules[0].response.metadata.released: is a date" in errors[1]
+    assert export_document() == before_doc
+
+
 def test_upload_errors_match_the_import_command(
     admin_client: Client, rules: None, tmp_path: Any
 ) -> None:
