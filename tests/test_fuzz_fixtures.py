@@ -207,7 +207,11 @@ REQUEST_TEXT = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max
 REQUEST_METADATA = st.dictionaries(
     st.text(max_size=6),
     st.recursive(
-        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | REQUEST_TEXT,
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**63), 2**64 - 1)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | REQUEST_TEXT,
         lambda inner: (
             st.lists(inner, max_size=3) | st.dictionaries(REQUEST_TEXT, inner, max_size=3)
         ),
@@ -265,6 +269,11 @@ def test_every_accepted_fixture_answers_in_every_dialect_without_a_5xx(
                     answer.text[:400],
                 )
                 assert "internal error" not in answer.text, (dialect, path, answer.text[:400])
+            for stored in (
+                "/apps/router/users/fuzz/sessions/fuzz",
+                "/apps/router/users/fuzz/sessions",
+            ):
+                assert client.get(stored).status_code == 200, stored  # the state deltas it took
             events = websocket_events(socket_url, {"query": query, "context": metadata})
             status = events[-1].get("error", {}).get("status", 200)
             assert status < 500 or status in allowed, (text[:400], events[-1])
