@@ -96,7 +96,7 @@ def import_fixture(
 
 def _replace(document: dict[str, Any]) -> ImportResult:
     """Every rule is rewritten; the summary counts them by name, as a merge would."""
-    before = set(Rule.objects.values_list("name", flat=True))
+    before = set(Rule.objects.order_by().values_list("name", flat=True))
     after = {rule["name"] for rule in document["rules"]}
     _delete_rules(Rule.objects.all())
     _create_rules(document["rules"], start=0)
