@@ -30,16 +30,28 @@ def one_snapshot() -> Iterator[None]:
 
     The rules and their responses are two queries: read apart, an import
     committing between them shows every rule with ``"response": {}``. SQLite
-    reads one snapshot per transaction; PostgreSQL needs REPEATABLE READ for it
-    (its default gives each statement its own). Inside an enclosing transaction
-    the level is that transaction's.
+    (in WAL mode) reads one snapshot per transaction; PostgreSQL needs
+    REPEATABLE READ for it (its default gives each statement its own). Inside
+    an enclosing transaction the snapshot is that transaction's.
     """
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():
-        if outermost and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    if connection.in_atomic_block:
         yield
+    elif connection.vendor == "sqlite":
+        # Not atomic(): the settings make its transactions IMMEDIATE, which would take
+        # the write lock and hold every reply's counter update for the whole read.
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+    else:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield
 
 
 def stored_document() -> dict[str, Any]:
