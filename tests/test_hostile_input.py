@@ -654,6 +654,24 @@ def test_bytes_that_are_no_http_request_get_a_json_400(live_url: str) -> None:
         assert "Invalid HTTP request" in openai_error(json.loads(body))
 
 
+def test_a_request_nested_deeper_than_any_renderer_goes_is_refused_naming_the_path(
+    http: httpx.Client,
+) -> None:
+    """/v1/responses stores and echoes its metadata: 300 levels were a 500 on the way out."""
+    deep = nested(300)
+    for path, body, shape in [
+        ("/v1/responses", {"model": "m", "input": "hi", "metadata": deep}, "openai"),
+        ("/v1/chat/completions", {"model": "m", "messages": [], "metadata": deep}, "openai"),
+        (
+            "/v1/messages",
+            {"model": "m", "max_tokens": 5, "messages": [], "metadata": deep},
+            "anthropic",
+        ),
+    ]:
+        message = refusal(http.post(path, json=body), shape)
+        assert message.startswith("metadata.a.a") and "deeper than 64 levels" in message, message
+
+
 # -- queries, paths, methods -----------------------------------------------------------------
 
 BAD_REQUESTS = [
