@@ -375,6 +375,28 @@ def test_check_fixture_prints_one_error_per_line(tmp_path: Path) -> None:
     assert all(line.startswith(str(tmp_path)) for line in lines)
 
 
+def test_check_fixture_reports_a_duplicate_name_a_repeated_key_and_a_typo_together(
+    tmp_path: Path,
+) -> None:
+    bad = (
+        "rules:\n"
+        "  - name: same\n"
+        "    response: {contnet: y}\n"
+        "  - name: same\n"
+        "    response: {content: a}\n"
+        "    response: {content: b}\n"
+    )
+    path = write(tmp_path, bad)
+    with pytest.raises(CommandError) as caught:
+        call_command("check_fixture", path)
+    assert str(caught.value).splitlines() == [
+        f"{path}:3: rules[0].response.contnet: unknown key (did you mean 'content'?)",
+        f"{path}:4: rules[1].name: duplicate name 'same' (also rules[0])",
+        f"{path}:6: rules[1].response: duplicate key 'response' (first at line 5): "
+        "the last one would silently win",
+    ]
+
+
 @pytest.mark.django_db
 def test_any_change_bumps_the_version_and_the_snapshot_follows() -> None:
     call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
