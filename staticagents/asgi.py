@@ -12,12 +12,14 @@ import gc
 import os
 from typing import Any
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "staticagents.settings")
-# The admin's CSS and JS come straight from the installed apps (no collectstatic, any DEBUG).
-django_application = ASGIStaticFilesHandler(get_asgi_application())
+django_application = get_asgi_application()
+
+from staticagents.serving.static import StaticFiles  # noqa: E402
+
+django_application = StaticFiles(django_application)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

@@ -95,11 +95,16 @@ def import_fixture(
 
 
 def _replace(document: dict[str, Any]) -> ImportResult:
-    deleted = _delete_rules(Rule.objects.all())
+    """Every rule is rewritten; the summary counts them by name, as a merge would."""
+    before = set(Rule.objects.order_by().values_list("name", flat=True))
+    after = {rule["name"] for rule in document["rules"]}
+    _delete_rules(Rule.objects.all())
     _create_rules(document["rules"], start=0)
     _set_defaults(document["defaults"])
     _set_fallback(document["fallback"])
-    return ImportResult(created=len(document["rules"]), updated=0, deleted=deleted)
+    return ImportResult(
+        created=len(after - before), updated=len(after & before), deleted=len(before - after)
+    )
 
 
 def _merge(document: dict[str, Any]) -> ImportResult:
@@ -211,7 +216,7 @@ def create_rule(*, document: dict[str, Any]) -> Rule:
             name_rules([*({"name": n} for n in names), document])
         _create_rules([document], start=_next_position())
         _bump_version()
-        return Rule.objects.get(name=document["name"])
+        return _with_responses(document["name"])
 
 
 def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
@@ -223,7 +228,13 @@ def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
             raise _duplicate_name(document["name"])
         _update_rule(rule, document)
         _bump_version()
-        return rule
+        return _with_responses(document["name"])
+
+
+def _with_responses(name: str) -> Rule:
+    """The rule read back with its responses inside the transaction that wrote them, so its
+    ``document()`` cannot meet another writer's changes."""
+    return Rule.objects.prefetch_related("responses").get(name=name)
 
 
 def save_rule(

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from bench.servers import Server, serve
+from tests.control.test_consistent_reads import reads_during_imports
 
 POSTGRES = os.environ.get("STATIC_AGENTS_TEST_POSTGRES_URL", "")
 REDIS = os.environ.get("STATIC_AGENTS_TEST_REDIS_URL", "")
@@ -316,3 +317,10 @@ def test_the_service_reconnects_after_the_database_drops_its_connections(
             for _ in range(20)
         ]
     assert statuses == [200] * 20
+
+
+def test_listings_and_exports_never_see_half_an_import_on_postgresql(database: str) -> None:
+    with server(database, None) as live:
+        reads, failures = reads_during_imports(live.url, CONTROL)
+    assert reads > 0
+    assert not failures, failures[:10]

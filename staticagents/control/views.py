@@ -26,7 +26,7 @@ from rest_framework.authentication import (
     get_authorization_header,
 )
 from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
@@ -37,10 +37,11 @@ from rest_framework.views import APIView
 from staticagents.conf import settings
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
+from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
-from staticagents.models import ControlToken, JournalEntry, Rule
+from staticagents.models import ControlToken, JournalEntry
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import (
     export_document,
@@ -48,6 +49,7 @@ from staticagents.selectors import (
     journal_entries,
     stored_control_token_digest,
     stored_document,
+    stored_rule,
 )
 from staticagents.services import (
     clear_journal,
@@ -233,13 +235,13 @@ class RuleView(ControlView):
     }
 
     def get(self, request: Request, name: str) -> Response:
-        return Response(_rule(name).document())
+        return Response(_rule(name))
 
     def put(self, request: Request, name: str) -> Response:
         return Response(update_rule(name=name, document=rule_document(request.data)).document())
 
     def patch(self, request: Request, name: str) -> Response:
-        document = rule_document(patched_rule(_rule(name).document(), request.data))
+        document = rule_document(patched_rule(_rule(name), request.data))
         return Response(update_rule(name=name, document=document).document())
 
     def delete(self, request: Request, name: str) -> Response:
@@ -247,11 +249,11 @@ class RuleView(ControlView):
         return Response(status=204)
 
 
-def _rule(name: str) -> Rule:
-    rule = Rule.objects.filter(name=name).prefetch_related("responses").first()
-    if rule is None:
+def _rule(name: str) -> dict[str, Any]:
+    document = stored_rule(name)
+    if document is None:
         raise NotFound(f"no rule named {name!r}")
-    return rule
+    return document
 
 
 class ReorderRulesView(ControlView):
@@ -337,6 +339,14 @@ class JournalPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 1000
 
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """DRF's cursor, whose position must be an id: a hand-made one could hold anything."""
+        cursor = super().decode_cursor(request)
+        position = cursor.position if cursor is not None else None
+        if position is not None and not _is_row_id(position):
+            raise NotFound(self.invalid_cursor_message)
+        return cursor
+
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         self.count = queryset.count()
         return super().paginate_queryset(queryset, request, view)
@@ -350,6 +360,11 @@ class JournalPagination(CursorPagination):
                 "results": data,
             }
         )
+
+
+def _is_row_id(text: str) -> bool:
+    """Digits naming a row of a bigint key (a longer number would overflow the query)."""
+    return is_ascii_number(text) and len(text) <= 19 and int(text) < 2**63
 
 
 class JournalView(ControlView):

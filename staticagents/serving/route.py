@@ -29,7 +29,7 @@ import orjson
 from staticagents.conf import settings
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Fault
-from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
 from staticagents.core.timing import TimedFrame
 from staticagents.replying.journal import journal
 from staticagents.serving import access
@@ -382,4 +382,9 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     where = nul_in_json(body, payload)
     if where is not None:
         raise RequestRejected(400, f"{where}: {NUL_PROBLEM}", param=where)
+    # Requests are stored and echoed (metadata, stored responses): no deeper than renderers go.
+    where = too_deep_in_json(body, payload)
+    if where is not None:
+        message = f"{where}: nested deeper than {MAX_DEPTH} levels"
+        raise RequestRejected(400, message, param=where)
     return payload

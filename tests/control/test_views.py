@@ -223,6 +223,31 @@ def test_an_edited_rule_answers_at_once(control: httpx.Client, live_url: str) ->
     assert ask(live_url, "hello").json()["response"]["content"] == "Hello again"
 
 
+def test_a_rule_holding_what_no_renderer_can_send_is_refused_naming_the_path(
+    control: httpx.Client,
+) -> None:
+    deep: Any = 1
+    for _ in range(100):
+        deep = [deep]
+    bad = {
+        "name": "unsendable",
+        "match": {"turn": 2**63},
+        "response": {
+            "metadata": {"deep": deep, "big": 2**64 - 1, "fine": 2**63},
+            "fail_first": 2**63,
+            "usage": {"input_tokens": 2**63},
+        },
+    }
+    errors = {e["path"]: e for e in errors_of(control.post("/rules", json=bad))}
+    deep_paths = [path for path in errors if path.startswith("response.metadata.deep[0]")]
+    assert len(deep_paths) == 1 and "nested deeper than 64" in errors[deep_paths[0]]["message"]
+    assert {"match.turn", "response.fail_first", "response.usage.input_tokens"} <= set(errors)
+    assert not any(
+        p.startswith(("response.metadata.big", "response.metadata.fine")) for p in errors
+    )
+    assert rule_names(control) == []
+
+
 def test_rule_errors_name_their_path_like_an_import_does(control: httpx.Client) -> None:
     bad = {
         "name": "bad name",
@@ -230,7 +255,7 @@ def test_rule_errors_name_their_path_like_an_import_does(control: httpx.Client) 
         "response": {"confidence": "certain"},
     }
     errors = {e["path"]: e for e in errors_of(control.post("/rules", json=bad))}
-    assert errors["match.querry"]["message"] == "unknown key"
+    assert errors["match.querry"]["message"] == "unknown key (did you mean 'query'?)"
     assert errors["match.querry"]["code"] == "unknown_key"
     assert "invalid regex" in errors["match.query"]["message"]
     assert "slug" in errors["name"]["message"]

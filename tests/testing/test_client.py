@@ -165,8 +165,8 @@ def test_install_takes_a_path_a_mapping_or_a_list_of_replies(
     path = tmp_path / "rules.yml"
     path.write_text("rules:\n  - name: from-yaml\n    response: {content: yaml}\n")
     assert client.install(path).created == 1
-    replaced = client.install(str(path))  # replacing: the old rules go, the new ones come
-    assert (replaced.created, replaced.updated, replaced.deleted) == (1, 0, 1)
+    replaced = client.install(str(path))  # the same rules again: counted as they are
+    assert (replaced.created, replaced.updated, replaced.deleted) == (0, 1, 0)
     assert [r["name"] for r in client.export_fixture()["rules"]] == ["from-yaml"]
 
     mapping = {"rules": [{"name": "from-mapping", "response": {"content": "json"}}]}
@@ -217,12 +217,12 @@ def test_a_rejected_fixture_names_every_error_and_changes_nothing(
     errors = {e.path: e for e in rejected.value.errors}
     assert set(errors) == {"rules[0].match.querry", "rules[0].response.confidence"}
     assert (errors["rules[0].match.querry"].message, errors["rules[0].match.querry"].line) == (
-        "unknown key",
+        "unknown key (did you mean 'query'?)",
         4,
     )
     message = str(rejected.value)
     assert message.startswith(f"fixture {path} was rejected (HTTP 400); no rule was changed:")
-    assert "  rules[0].match.querry: unknown key (line 4)" in message
+    assert "  rules[0].match.querry: unknown key (did you mean 'query'?) (line 4)" in message
     assert [r["name"] for r in client.export_fixture()["rules"]] == ["replies"]
 
 

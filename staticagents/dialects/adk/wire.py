@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 from pydantic.alias_generators import to_camel
 
 from staticagents.core.replies import Reply, count_tokens
-from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
 from staticagents.core.timing import TimedFrame, plan_stream
 
 MODEL_VERSION = "static-agents"
@@ -155,6 +155,10 @@ def load_json(body: bytes) -> Any:
     where = nul_in_json(body, payload)
     if where is not None:
         raise invalid([where], f"String {NUL_PROBLEM}", "string_nul")
+    # Session state and events are stored and sent back: no deeper than anything can render.
+    where = too_deep_in_json(body, payload)
+    if where is not None:
+        raise invalid([where], f"Value nested deeper than {MAX_DEPTH} levels", "too_deep")
     return payload
 
 

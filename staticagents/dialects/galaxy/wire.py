@@ -167,6 +167,9 @@ def invalid_from(exc: ValidationError) -> GalaxyRequestInvalid:
     )
 
 
+MAX_EXCHANGE_ID = 2**63 - 1  # the largest key of a bigint column
+
+
 def field_path(loc: Sequence[int | str]) -> str:
     """``("ids", 0, "int")`` → ``ids[0]``: the field and its indexes, without union member tags."""
     if not loc:
@@ -175,12 +178,20 @@ def field_path(loc: Sequence[int | str]) -> str:
 
 
 def parse_exchange_id(value: Any, where: str = "exchange_id") -> int:
-    """An exchange id: an integer, or a string of digits (ids travel as either)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str) and is_ascii_number(value.strip()) and int(value) > 0:
-        return int(value)
-    raise GalaxyRequestInvalid(f"Invalid value for '{where}': {value!r} is not an exchange id")
+    """An exchange id: an integer, or a string of digits (ids travel as either).
+
+    Ids are the database's 64-bit keys: a larger number names no exchange.
+    """
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and is_ascii_number(value.strip()) and len(value.strip()) <= 19:
+        number = int(value)  # no longer than a 64-bit id: int() of 5,000 digits raises
+    if number is not None and 0 < number <= MAX_EXCHANGE_ID:
+        return number
+    shown = "a number beyond 64 bits" if number is not None and number.bit_length() > 64 else None
+    shown = shown or (repr(value) if len(str(value)) <= 40 else f"{repr(value)[:37]}...")
+    raise GalaxyRequestInvalid(f"Invalid value for '{where}': {shown} is not an exchange id")
 
 
 def parse_chat_request(body: bytes, params: Mapping[str, str]) -> ChatRequest:

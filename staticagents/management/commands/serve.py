@@ -143,6 +143,8 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
+    from staticagents.serving.protocol import JSONErrorsHttpProtocol
+
     workers = options["workers"]
     metrics_directory = None
     if workers > 1:  # the workers' metrics, summed at each scrape (serving.metrics)
@@ -156,6 +158,7 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
         log_config=log_config(options["log_level"], options["log_format"]),
         access_log=False,  # ours is serving.telemetry's
         lifespan="off",
+        http=JSONErrorsHttpProtocol,  # bytes uvicorn cannot parse get our JSON 400
         # X-Forwarded-* rewriting costs every request a middleware layer; a
         # deployment behind a proxy turns it on with --proxy-headers.
         proxy_headers=options["proxy_headers"],
