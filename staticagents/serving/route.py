@@ -102,6 +102,8 @@ class ReplyRoute:
     """
 
     key_sources: ClassVar[access.KeySources] = access.OPENAI
+    # The methods the route takes, when not all: the router passes others on (router.py).
+    only_methods: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, scope: Scope, send: Send) -> None:
         self.scope = scope

@@ -22,7 +22,9 @@ class ReplyRouter:
 
     The routes are Django URL patterns (``path``/``re_path``), matched against the
     path without its leading slash; what they capture is in
-    ``scope["url_route"]["kwargs"]``, as Channels' router puts it. A path's
+    ``scope["url_route"]["kwargs"]``, as Channels' router puts it. A route whose
+    ``only_methods`` is set takes only those methods: other requests on its path go
+    on to ``app`` (a DRF view that also serves a reply POST's schema). A path's
     resolution is remembered (up to ``CACHE_SIZE`` paths, then forgotten at once).
     """
 
@@ -44,12 +46,17 @@ class ReplyRouter:
             except KeyError:
                 resolved = self.resolve(path)
             if resolved is not None:
-                handler, scope["url_route"] = resolved
+                handler, route = resolved
                 if isinstance(handler, type):  # a ReplyRoute: made here, no wrapper between
-                    await handler(scope, send).run(receive)
+                    methods = handler.only_methods
+                    if methods is None or scope["method"] in methods:
+                        scope["url_route"] = route
+                        await handler(scope, send).run(receive)
+                        return
                 else:
+                    scope["url_route"] = route
                     await handler(scope, receive, send)
-                return
+                    return
         await self.app(scope, receive, send)
 
     def resolve(self, path: str) -> Resolved:
