@@ -114,7 +114,7 @@ class Statements:
         """Insert ``rows`` of ``model`` (by field name, absent fields take their defaults)
         as the journal inserts its entries; their ids, in order."""
         ids: list[int] = []
-        for sql, values, _ in self.tables(model, self.placeholder).inserts(
+        for sql, values, _ in self.tables(model, self.db, self.placeholder).inserts(
             self.db, rows, returning=True
         ):
             self.cursor.execute(sql, values)
@@ -123,7 +123,7 @@ class Statements:
 
     def param(self, model: type[models.Model], name: str, value: Any) -> Any:
         """``value`` for the column of ``model``'s field ``name``, as an insert would pass it."""
-        for column in self.tables(model, self.placeholder).columns.adapted:
+        for column in self.tables(model, self.db, self.placeholder).columns.adapted:
             if column.name == name:
                 if value is _NOW:
                     value = _insert_time(column.field)
@@ -141,7 +141,7 @@ class Statements:
 
 
 Job = Callable[[Statements], Any]
-_Tables = Callable[[type[models.Model], str], "_Table"]
+_Tables = Callable[[type[models.Model], BaseDatabaseWrapper, str], "_Table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,9 +242,11 @@ class JournalWriter:
             table = self._tables[key] = _Table(self.model, db, placeholder)
         return table
 
-    def _any_table(self, model: type[models.Model], placeholder: str) -> _Table:
-        """The statements for another model's rows (a job's inserts) on this writer's database."""
-        db = connections[self.using]
+    def _any_table(
+        self, model: type[models.Model], db: BaseDatabaseWrapper, placeholder: str
+    ) -> _Table:
+        """The statements for another model's rows (a job's inserts) on ``db``'s kind of
+        database."""
         key = (model, db.vendor, placeholder)
         table = self._others.get(key)
         if table is None:

@@ -147,16 +147,15 @@ def open_run_job(
             f'SELECT id, state FROM {SESSIONS} WHERE app = %s AND "user" = %s AND session_id = %s',
             [app, user, session_id],
         )
-        if found:
-            pk, state = int(found[0][0]), dict(sql.json(found[0][1]))
-            payloads = sql.rows(
-                f"SELECT payload FROM {EVENTS} WHERE session_id = %s ORDER BY id", [pk]
-            )
-            events = [sql.json(payload) for (payload,) in payloads]
-        else:
-            state, events = {}, []
+        if not found:  # a new session: made with the delta, the user's message and the time
+            state = dict(state_delta or {})
             row = {"app": app, "user": user, "session_id": session_id, "state": state}
             [pk] = sql.insert(AdkSession, [row])
+            sql.insert(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
+            return OpenedSession(pk, state, [])
+        pk, state = int(found[0][0]), dict(sql.json(found[0][1]))
+        payloads = sql.rows(f"SELECT payload FROM {EVENTS} WHERE session_id = %s ORDER BY id", [pk])
+        events = [sql.json(payload) for (payload,) in payloads]
         if state_delta:
             state = {**state, **state_delta}
             sql.run(
