@@ -258,18 +258,15 @@ class JournalWriter:
         db = connections[self.using]
         entries = [item for item in items if not isinstance(item, _Mark | _Job)]
         marks = [item for item in items if isinstance(item, _Mark)]
-        done: dict[int, Any] = {}
+        jobs = [item.job for item in items if isinstance(item, _Job)]
         with transaction.atomic(using=self.using):
             with db.cursor() as cursor:
-                statements = Statements(db, cursor, "%s", self._any_table)
-                for index, item in enumerate(items):
-                    if isinstance(item, _Job):
-                        done[index] = _run_job(statements, item.job)
+                done = iter(_run_jobs(Statements(db, cursor, "%s", self._any_table), jobs))
             ids = iter(_write(db, self._table(db, "%s"), self._cap, entries, marks))
         results: list[Any] = []
-        for index, item in enumerate(items):
+        for item in items:
             if isinstance(item, _Job):
-                results.append(done[index])  # a _Failed one is raised by ``run``
+                results.append(next(done))  # a _Failed one is raised by ``run``
             else:
                 results.append(None if isinstance(item, _Mark) else next(ids))
         return results
@@ -296,6 +293,28 @@ def _write(
 @dataclass(frozen=True, slots=True)
 class _Failed:
     error: Exception
+
+
+def _run_jobs(statements: Statements, jobs: list[Job]) -> list[Any]:
+    """Each job's result, or a ``_Failed`` with its error.
+
+    The jobs run together in one savepoint; when one fails, that savepoint is
+    rolled back and each job runs again in a savepoint of its own, so a failing
+    job undoes only its own work (a job acts only through ``statements``, so it
+    may run twice). Two statements a round rather than two a job.
+    """
+    if not jobs:
+        return []
+    cursor = statements.cursor
+    cursor.execute("SAVEPOINT static_agents_jobs")
+    try:
+        results = [job(statements) for job in jobs]
+    except Exception:
+        cursor.execute("ROLLBACK TO SAVEPOINT static_agents_jobs")
+        cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
+        return [_run_job(statements, job) for job in jobs]
+    cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
+    return results
 
 
 def _run_job(statements: Statements, job: Job) -> Any:
@@ -398,7 +417,7 @@ class _LoopBackend:
         inserts, marks, jobs = self._take()
         try:
             statements = Statements(self.db, self.connection.cursor(), "?", self.tables)
-            outcomes = [_run_job(statements, job) for job, _ in jobs]
+            outcomes = _run_jobs(statements, [job for job, _ in jobs])
             ids = self._write([entry for entry, _ in inserts], [mark for mark, _ in marks])
             self.connection.execute("COMMIT")
         except Exception as exc:
