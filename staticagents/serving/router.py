@@ -14,7 +14,8 @@ from django.urls import URLPattern
 
 from staticagents.serving.route import Receive, Scope, Send
 
-Resolved = tuple[Any, dict[str, Any]] | None  # (handler, url_route), or no reply route
+# (handler, url_route, the methods it takes or None for all), or no reply route
+Resolved = tuple[Any, dict[str, Any], frozenset[str] | None] | None
 
 
 class ReplyRouter:
@@ -31,9 +32,10 @@ class ReplyRouter:
     CACHE_SIZE = 4096
 
     def __init__(self, routes: list[URLPattern], app: Any) -> None:
+        handlers = [getattr(route.callback, "handler_class", route.callback) for route in routes]
         self.routes = [
-            (route.pattern.match, getattr(route.callback, "handler_class", route.callback))
-            for route in routes
+            (route.pattern.match, handler, getattr(handler, "only_methods", None))
+            for route, handler in zip(routes, handlers, strict=True)
         ]
         self.app = app
         self.resolved: dict[str, Resolved] = {}
@@ -46,25 +48,22 @@ class ReplyRouter:
             except KeyError:
                 resolved = self.resolve(path)
             if resolved is not None:
-                handler, route = resolved
-                if isinstance(handler, type):  # a ReplyRoute: made here, no wrapper between
-                    methods = handler.only_methods
-                    if methods is None or scope["method"] in methods:
-                        scope["url_route"] = route
-                        await handler(scope, send).run(receive)
-                        return
-                else:
+                handler, route, methods = resolved
+                if methods is None or scope["method"] in methods:
                     scope["url_route"] = route
-                    await handler(scope, receive, send)
+                    if isinstance(handler, type):  # a ReplyRoute: made here, no wrapper between
+                        await handler(scope, send).run(receive)
+                    else:
+                        await handler(scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
     def resolve(self, path: str) -> Resolved:
         resolved: Resolved = None
-        for match, handler in self.routes:
+        for match, handler, methods in self.routes:
             found = match(path[1:])
             if found is not None:
-                resolved = handler, {"args": found[1], "kwargs": found[2]}
+                resolved = handler, {"args": found[1], "kwargs": found[2]}, methods
                 break
         if len(self.resolved) >= self.CACHE_SIZE:
             self.resolved.clear()

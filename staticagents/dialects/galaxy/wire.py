@@ -26,6 +26,7 @@ from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Reply, ReplyError
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import TimedFrame, plan_stream
+from staticagents.dialects.llm.wire import SLOT, TextTemplate
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -492,14 +493,16 @@ def stream_events(reply: Reply, *, agent_type: str, routed: bool) -> list[TimedF
         TimedFrame(0.0, progress("responding", "Responding", "running", agent_type), "progress")
     )
     end = reply.timing.first_delay_ms / 1000
+    # Deltas differ only in their text: each kind is rendered once around the slot.
+    templates: dict[str, TextTemplate] = {}
     for piece in plan_stream(reply):
-        data = {
-            "step": "responding",
-            "kind": piece.kind,
-            "content": piece.text,
-            "agent_type": agent_type,
-        }
-        events.append(TimedFrame(piece.at, data, "delta"))
+        template = templates.get(piece.kind)
+        if template is None:
+            delta = {"step": "responding", "kind": piece.kind, "content": SLOT}
+            template = templates[piece.kind] = TextTemplate(
+                {**delta, "agent_type": agent_type}, "delta"
+            )
+        events.append(template.at(piece.at, piece.text))
         end = piece.at
     status = "failed" if reply.error is not None else "completed"
     events.append(
