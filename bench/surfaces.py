@@ -6,9 +6,10 @@ each other reply surface in turn: Galaxy's agent query, error analysis, chat
 and chat stream; ADK's ``/run`` and ``/run_sse`` (a new session each request,
 as a test creates its own); and the WebSocket chat, driven by a client of 32
 connections that each ask a question and read its reply to the ``done`` event
-before asking the next. The OpenAI route is measured before and after the
-surfaces and the better of the two is the reference: a surface's ratio is its
-rate divided by that reference.
+before asking the next. The OpenAI route is measured before the first surface
+and after each one, so every surface's run sits between two of its runs: a
+surface's ratio is its rate divided by their mean (the machine's speed drifts
+less between neighbouring runs than over the whole table).
 
     python -m bench.surfaces [--seconds 10] [--connections 32] [--only galaxy-query,...]
 """
@@ -147,33 +148,45 @@ def _loop_runner() -> Callable[[Any], Load]:
 def run(
     seconds: int = 10, connections: int = 32, only: list[str] | None = None
 ) -> list[dict[str, Any]]:
+    """The table: each surface's run sits between two runs of the OpenAI route, and its
+    ratio is to their mean, so a machine whose speed drifts (a shared one) skews it little."""
     names = only or [*(s.name for s in SURFACES), WEBSOCKET]
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as tmp:
         directory = Path(tmp)
         fixture, _ = fixtures(directory)
-        server = serve(
-            "static-agents", database_url=f"sqlite:///{directory / 'db.sqlite3'}", fixture=fixture
-        )
-        results: dict[str, Load] = {}
+        database = f"sqlite:///{directory / 'db.sqlite3'}"
+        server = serve("static-agents", database_url=database, fixture=fixture)
+        results: dict[str, tuple[Load, Load]] = {}  # the surface's, and the OpenAI route's
         with server:
-            reference = [drive(server, OPENAI, directory, seconds, connections)]
-            for surface in SURFACES:
-                if surface.name in names:
-                    results[surface.name] = drive(server, surface, directory, seconds, connections)
-            if WEBSOCKET in names:
-                results[WEBSOCKET] = websocket_drive(server, seconds, connections)
-            reference.append(drive(server, OPENAI, directory, seconds, connections))
-    best = max(reference, key=lambda load: load.requests_per_second)
-    rows = [row(f"{OPENAI.path} (reference, best of before/after)", best, best)]
-    rows += [row(f"{name} {path_of(name)}", load, best) for name, load in results.items()]
-    rows.append(
-        row(
-            f"{OPENAI.path} (the other run)",
-            min(reference, key=lambda load: load.requests_per_second),
-            best,
-        )
-    )
+            before = drive(server, OPENAI, directory, seconds, connections)
+            openai_runs = [before]
+            for name in names:
+                if name == WEBSOCKET:
+                    load = websocket_drive(server, seconds, connections)
+                else:
+                    surface = next(s for s in SURFACES if s.name == name)
+                    load = drive(server, surface, directory, seconds, connections)
+                after = drive(server, OPENAI, directory, seconds, connections)
+                openai_runs.append(after)
+                results[name] = load, mean_load(before, after)
+                before = after
+    rows = [row(f"{OPENAI.path} (mean of its runs)", mean_load(*openai_runs), None)]
+    rows += [
+        row(f"{name} {path_of(name)}", load, paired) for name, (load, paired) in results.items()
+    ]
     return rows
+
+
+def mean_load(*loads: Load) -> Load:
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    return Load(
+        mean([load.requests_per_second for load in loads]),
+        mean([load.p50_ms for load in loads]),
+        mean([load.p99_ms for load in loads]),
+        sum(load.errors for load in loads),
+    )
 
 
 def path_of(name: str) -> str:
@@ -182,14 +195,18 @@ def path_of(name: str) -> str:
     return next(s.path for s in SURFACES if s.name == name).split("?")[0]
 
 
-def row(name: str, load: Load, reference: Load) -> dict[str, Any]:
+def row(name: str, load: Load, paired: Load | None) -> dict[str, Any]:
+    """A surface's figures; ``paired``: the OpenAI route's mean on either side of its run."""
     return {
         "surface": name,
         "req/s": round(load.requests_per_second),
         "p50 ms": round(load.p50_ms, 2),
         "p99 ms": round(load.p99_ms, 2),
         "errors": load.errors,
-        "÷ OpenAI": round(load.requests_per_second / reference.requests_per_second, 2),
+        "OpenAI beside it, req/s": "-" if paired is None else round(paired.requests_per_second),
+        "÷ OpenAI": 1.0
+        if paired is None
+        else round(load.requests_per_second / paired.requests_per_second, 2),
     }
 
 

@@ -312,7 +312,7 @@ class ReplyRoute:
         await self._send({"type": "http.response.body", "body": data})
 
     async def send_paced(
-        self, frames: Iterable[TimedFrame], closing: bytes | None = None
+        self, frames: Iterable[TimedFrame], closing: bytes | None = None, *, paced: bool = True
     ) -> CutOff | None:
         """Send the frames as server-sent events, each at its offset from the stream's
         start (``serving/stream.py``); a ``CutOff`` if the maximum duration cut it off.
@@ -320,6 +320,7 @@ class ReplyRoute:
         With ``closing``, a stream that runs its course ends the response with
         those bytes, in the same write as its last frames; a stream cut off
         leaves the response open, for the dialect's own word on why it ended.
+        ``paced=False``: every frame is due at once (``stream.paced``).
         """
         finish = None if closing is None else self.closer(closing)
         timer = pacer(self.loop)
@@ -332,6 +333,7 @@ class ReplyRoute:
             timer=timer,
             fault=self.fault,
             error_frame=self.fault_frame,
+            paced=paced,
         )
         return await self.unless_faulted(sent)
 

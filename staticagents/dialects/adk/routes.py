@@ -27,6 +27,7 @@ from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.serving import access
 from staticagents.serving.route import ReplyRoute, RequestRejected, sse
+from staticagents.serving.stream import paced
 
 DEFAULT_AGENT_TYPE = "router"
 
@@ -196,7 +197,7 @@ class RunSseRoute(RunRoute):
         events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
         self.fault, self.run_ids = run.answer.reply.fault, run.ids
         await self.start_sse()
-        stopped = await self.send_paced(events)
+        stopped = await self.send_paced(events, paced=paced(events))
         if stopped is None:
             await self.finish(run, events[-1].data)
         else:

@@ -20,6 +20,7 @@ from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.galaxy.exchanges import ExchangeNotFound
 from staticagents.dialects.galaxy.routes import GalaxyRoute
 from staticagents.serving.route import RequestRejected, sse_frames
+from staticagents.serving.stream import paced
 
 ROUTE = "/api/chat/stream"
 
@@ -48,7 +49,7 @@ class GalaxyStreamRoute(GalaxyRoute):
             turn.answer.reply, agent_type=chat.agent_type, routed=chat.routed
         )
         self.fault = turn.answer.reply.fault
-        stopped = await self.send_paced(events)
+        stopped = await self.send_paced(events, paced=paced(events))
         if stopped is not None:
             await self.finish(galaxy.cut_off_events(stopped.limit))
             return
