@@ -121,6 +121,13 @@ class Statements:
             ids.extend(int(row[0]) for row in self.cursor.fetchall())
         return ids
 
+    def append(self, model: type[models.Model], rows: list[Entry]) -> None:
+        """``insert``, for rows whose ids nobody needs."""
+        for sql, values, _ in self.tables(model, self.db, self.placeholder).inserts(
+            self.db, rows, returning=False
+        ):
+            self.cursor.execute(sql, values)
+
     def param(self, model: type[models.Model], name: str, value: Any) -> Any:
         """``value`` for the column of ``model``'s field ``name``, as an insert would pass it."""
         for column in self.tables(model, self.db, self.placeholder).columns.adapted:
@@ -500,6 +507,7 @@ def _as_django_error(exc: Exception) -> Exception:
 Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
 _NOW = object()  # the default of an ``auto_now(_add)`` column: the time of the insert
 _BATCH = 200  # rows per statement: well under every backend's parameter limit
+_AUTO = frozenset({models.AutoField, models.BigAutoField, models.SmallAutoField})
 # Fields whose values (str, int, float, bool or None) are already what the database takes.
 _AS_IS = frozenset(
     {
@@ -627,6 +635,9 @@ def _adapter(field: Field[Any, Any], vendor: str) -> Adapter | None:
     kind = type(field)
     if kind in _AS_IS:
         return None
+    target = getattr(field, "target_field", None)
+    if kind is models.ForeignKey and type(target) in _AUTO:
+        return None  # the id of the row it points to: an integer, as it is
     if vendor == "sqlite" and kind is models.JSONField and field.encoder is None:  # type: ignore[attr-defined]
         return _sqlite_json
     if vendor == "sqlite" and kind is models.DateTimeField:

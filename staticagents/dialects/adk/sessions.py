@@ -151,7 +151,7 @@ def open_run_job(
             state = dict(state_delta or {})
             row = {"app": app, "user": user, "session_id": session_id, "state": state}
             [pk] = sql.insert(AdkSession, [row])
-            sql.insert(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
+            sql.append(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
             return OpenedSession(pk, state, [])
         pk, state = int(found[0][0]), dict(sql.json(found[0][1]))
         payloads = sql.rows(f"SELECT payload FROM {EVENTS} WHERE session_id = %s ORDER BY id", [pk])
@@ -174,7 +174,7 @@ def append_events_job(session_pk: int, events: Iterable[Event]) -> Job:
 
 
 def append_events(sql: Statements, session_pk: int, events: Iterable[Event]) -> None:
-    sql.insert(AdkEvent, [{"session_id": session_pk, "payload": dict(e)} for e in events])
+    sql.append(AdkEvent, [{"session_id": session_pk, "payload": dict(e)} for e in events])
     now = sql.now(AdkSession, "updated_at")
     sql.run(f"UPDATE {SESSIONS} SET updated_at = %s WHERE id = %s", [now, session_pk])
 

@@ -153,7 +153,7 @@ def save_turn_job(
             "content": response,
             "agent_response": dict(agent_response),
         }
-        sql.insert(ChatMessage, [question, answer])
+        sql.append(ChatMessage, [question, answer])
         return pk
 
     return save
