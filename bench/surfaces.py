@@ -12,6 +12,7 @@ surface's ratio is its rate divided by their mean (the machine's speed drifts
 less between neighbouring runs than over the whole table).
 
     python -m bench.surfaces [--seconds 10] [--connections 32] [--only galaxy-query,...]
+                             [--tree ../earlier-checkout]
 """
 
 from __future__ import annotations
@@ -146,7 +147,10 @@ def _loop_runner() -> Callable[[Any], Load]:
 
 
 def run(
-    seconds: int = 10, connections: int = 32, only: list[str] | None = None
+    seconds: int = 10,
+    connections: int = 32,
+    only: list[str] | None = None,
+    tree: Path = ROOT,
 ) -> list[dict[str, Any]]:
     """The table: each surface's run sits between two runs of the OpenAI route, and its
     ratio is to their mean, so a machine whose speed drifts (a shared one) skews it little."""
@@ -155,7 +159,7 @@ def run(
         directory = Path(tmp)
         fixture, _ = fixtures(directory)
         database = f"sqlite:///{directory / 'db.sqlite3'}"
-        server = serve("static-agents", database_url=database, fixture=fixture)
+        server = serve("static-agents", database_url=database, fixture=fixture, tree=tree)
         results: dict[str, tuple[Load, Load]] = {}  # the surface's, and the OpenAI route's
         with server:
             before = drive(server, OPENAI, directory, seconds, connections)
@@ -215,9 +219,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--only", default="")
+    parser.add_argument(
+        "--tree", type=Path, default=ROOT, help="serve another checkout (an earlier version)"
+    )
     args = parser.parse_args()
     only = [name.strip() for name in args.only.split(",") if name.strip()] or None
-    rows = run(args.seconds, args.connections, only)
+    rows = run(args.seconds, args.connections, only, args.tree.resolve())
     columns = list(rows[0])
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
