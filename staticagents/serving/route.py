@@ -297,8 +297,12 @@ class ReplyRoute:
         )
         await self._send({"type": "http.response.body", "body": body})
 
-    async def start_sse(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
-        self.watch()  # a stream lasts: a client that leaves it stops it
+    async def start_sse(
+        self, headers: Iterable[tuple[bytes, bytes]] = (), *, watch: bool = True
+    ) -> None:
+        """Start the response of a stream; ``watch=False`` for one sent whole at once."""
+        if watch:
+            self.watch()  # a stream lasts: a client that leaves it stops it
         self.headers_sent = True
         await self._send(
             {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}

@@ -49,7 +49,12 @@ class GalaxyStreamRoute(GalaxyRoute):
             turn.answer.reply, agent_type=chat.agent_type, routed=chat.routed
         )
         self.fault = turn.answer.reply.fault
-        stopped = await self.send_paced(events, paced=paced(events))
+        if self.fault is None and not paced(events):
+            # Due all at once (no delays scripted): saved first, then sent in one write.
+            result = await chat_exchanges.afinish_chat_turn(turn)
+            await self.finish([*events, *galaxy.result_events(result)])
+            return
+        stopped = await self.send_paced(events, paced=True)
         if stopped is not None:
             await self.finish(galaxy.cut_off_events(stopped.limit))
             return
