@@ -1,7 +1,7 @@
 """The service's ASGI application: lean reply routes first, then Channels and Django.
 
-The reply routes of every dialect (model dialects, ADK run, the Galaxy chat
-stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``; the
+The reply routes of every dialect (model dialects, ADK run, Galaxy's agent
+routes, chat and chat stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``; the
 WebSocket goes to its Channels consumer; the Galaxy API, the control API and
 the admin go through Django (DESIGN section 1).
 """
@@ -26,6 +26,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
 from staticagents.dialects.embeddings import routes as embeddings  # noqa: E402
+from staticagents.dialects.galaxy import routes as galaxy  # noqa: E402
 from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
 from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
@@ -47,6 +48,7 @@ reply_routes = [
     *embeddings.http_routes,  # before the other Gemini model routes
     *gemini.http_routes,
     *adk.http_routes,
+    *galaxy.http_routes,  # POST only: the views behind take the other methods
     *galaxy_stream.http_routes,
 ]
 websocket_application = URLRouter([*websocket.websocket_routes, websocket.unknown_path_route])

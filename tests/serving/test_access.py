@@ -340,6 +340,8 @@ def test_neither_a_401_nor_a_scripted_error_logs_or_journals_the_key(
         headers={"Authorization": f"Bearer {secret_wrong}"},
     )
     httpx.post(f"{keyed_url}/api/ai/agents/query", json={"query": "hi"}, params={"key": WRONG})
+    # Django (which logs its 4xx) still serves the route's other methods.
+    httpx.get(f"{keyed_url}/api/ai/agents/query", params={"key": WRONG})
     failed = httpx.post(
         f"{keyed_url}/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "#boom"}]},
