@@ -249,6 +249,9 @@ class RulesetState(models.Model):
 
     version = models.PositiveBigIntegerField(default=0)
     stamp = models.CharField(max_length=32, default="")
+    # Changed by every change to a session's script: the scripts are part of the snapshot,
+    # but a new script rebuilds no rule.
+    scripts_stamp = models.CharField(max_length=32, default="")
     changed_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
@@ -280,6 +283,28 @@ class SessionCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session}/{self.rule}/{self.key}={self.count}"
+
+
+class SessionScript(models.Model):
+    """A session's own script (the testing kit's ``replies()``): it answers that session's
+    requests, in order, before any rule is tried, and goes when the session is reset."""
+
+    RULE_NAME = "replies"  # the name its answers carry in the journal and the counters
+
+    session = models.CharField(max_length=200, unique=True)
+    responses = models.JSONField(help_text="The responses, in the fixture's form")
+    on_exhausted = models.CharField(max_length=20, choices=EXHAUSTED_CHOICES, default="error")
+
+    def __str__(self) -> str:
+        return f"script of {self.session}"
+
+    def document(self) -> dict[str, Any]:
+        """The script as a rule document (no match: every request of the session)."""
+        return {
+            "name": self.RULE_NAME,
+            "responses": list(self.responses),
+            "on_exhausted": self.on_exhausted,
+        }
 
 
 class JournalEntry(models.Model):

@@ -18,6 +18,7 @@ from staticagents.models import (
     Fallback,
     JournalEntry,
     Rule,
+    SessionScript,
 )
 
 
@@ -31,6 +32,17 @@ def stored_document() -> dict[str, Any]:
     document["rules"] = [rule.document() for rule in rules]
     document["fallback"] = fallback.document() if fallback else None
     return document
+
+
+def stored_scripts() -> dict[str, dict[str, Any]]:
+    """Every session's script, as a rule document, by session key."""
+    return {script.session: script.document() for script in SessionScript.objects.order_by("id")}
+
+
+def session_script(session: str) -> dict[str, Any] | None:
+    """The session's script as a rule document, or None."""
+    script = SessionScript.objects.filter(session=session).first()
+    return script.document() if script is not None else None
 
 
 def export_document() -> dict[str, Any]:

@@ -35,12 +35,14 @@ from staticagents.core.matching import explain_inquiry
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
-from staticagents.models import ControlToken, JournalEntry, Rule
+from staticagents.document.schema import DocumentInvalid, FieldError
+from staticagents.models import ControlToken, JournalEntry, Rule, SessionScript
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import (
     export_document,
     journal_counters,
     journal_entries,
+    session_script,
     stored_control_token_digest,
     stored_document,
 )
@@ -234,6 +236,7 @@ class FixtureView(ControlView):
 
     The body is YAML, JSON or the ADK test-agent format, read raw whatever its
     content type; a document with any error changes nothing (400, every error).
+    ``?session=KEY`` also starts that session afresh, as ``DELETE /sessions/KEY`` does.
     """
 
     def get(self, request: Request) -> Response | HttpResponse:
@@ -250,11 +253,15 @@ class FixtureView(ControlView):
         return self._import(request, merge=True)
 
     def _import(self, request: Request, *, merge: bool) -> Response:
-        reject_unknown_params(request, {"dry_run"})
+        reject_unknown_params(request, {"dry_run", "session"})
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         # Read one byte past the limit, so load_fixture can name an oversized body.
         document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
-        return Response(asdict(import_fixture(document=document, merge=merge, dry_run=dry_run)))
+        result = import_fixture(document=document, merge=merge, dry_run=dry_run)
+        session = request.query_params.get("session")
+        if session and not dry_run:  # the testing kit's session starts afresh with the rules
+            reset_session(session=session)
+        return Response(asdict(result))
 
 
 def _wants_json(request: Request) -> bool:
@@ -335,8 +342,33 @@ class JournalView(ControlView):
         return Response({"deleted": clear_journal(session=session_param(request))})
 
 
+SCRIPT_KEYS = ("responses", "on_exhausted")
+
+
+def script_document(data: Any) -> dict[str, Any]:
+    """A session's script (``{"responses": [...], "on_exhausted": ...}``), validated as the
+    responses of a rule."""
+    if not isinstance(data, dict):
+        raise DocumentInvalid([FieldError("", "a script must be a JSON object", "type")])
+    unknown = [FieldError(k, "unknown key", "unknown_key") for k in data if k not in SCRIPT_KEYS]
+    if unknown:
+        raise DocumentInvalid(unknown)
+    if "responses" not in data:
+        raise DocumentInvalid([FieldError("responses", "a script needs responses", "required")])
+    return schema.validate_part(schema.RuleSpec, {"name": SessionScript.RULE_NAME, **data})
+
+
 class SessionView(ControlView):
-    """``DELETE``: the session's fresh start (sequence positions, fail-first counts, journal)."""
+    """One session: ``GET`` its script; ``PUT`` a script (``{"responses": [...],
+    "on_exhausted": "error"}``) to start it afresh with that script; ``DELETE`` to start
+    it afresh (sequence positions, fail-first counts, journal and script go)."""
+
+    def get(self, request: Request, key: str) -> Response:
+        return Response({"session": key, "script": session_script(key)})
+
+    def put(self, request: Request, key: str) -> Response:
+        script = script_document(request.data)
+        return Response({"session": key, **reset_session(session=key, script=script)})
 
     def delete(self, request: Request, key: str) -> Response:
         return Response({"session": key, **reset_session(session=key)})

@@ -4,7 +4,9 @@ The snapshot is built from the stored rules once per version of them and kept
 in this process. The version is the stamp in ``RulesetState``, which every
 write to the rules changes, so each worker notices an edit made through any
 other on its next request: a request reads the stamp (one indexed read) and
-rebuilds only when it changed.
+rebuilds only when it changed. A rebuild compiles only the rules whose
+document changed (``RuleCompiler``). The sessions' scripts have a stamp of
+their own beside it: a new script reloads the scripts and rebuilds no rule.
 
 ``active_ruleset()`` is for code in a thread (it reads the stamp on the thread's
 Django connection); ``await current_ruleset()`` for the event loop, where many
@@ -25,21 +27,25 @@ import asyncio
 import sqlite3
 import threading
 import weakref
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from staticagents.conf import settings
-from staticagents.core.matching import Ruleset, compile_ruleset
+from staticagents.core.matching import RuleCompiler, Ruleset, compile_ruleset, compile_scripts
 from staticagents.models import RulesetState
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
-from staticagents.selectors import stored_document
+from staticagents.selectors import stored_document, stored_scripts
 
 # Raw SQL: it runs on every request, and the ORM would cost it ten times over.
-STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
+# One string for both stamps, "<rules>:<scripts>", so a request compares one value.
+STAMP_SQL = f"SELECT stamp || ':' || scripts_stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
 
 _snapshot: Ruleset | None = None
 _snapshot_lock = threading.Lock()
+# What the snapshots of this process compiled; ``compiler.compiled`` counts the rules.
+compiler = RuleCompiler()
 
 
 def ruleset_stamp() -> str:
@@ -59,7 +65,7 @@ def active_ruleset() -> Ruleset:
     with _snapshot_lock:
         if _snapshot is not None and _snapshot.stamp == ruleset_stamp():
             return _snapshot
-        _snapshot = build_ruleset()
+        _snapshot = build_ruleset(_snapshot)
         return _snapshot
 
 
@@ -74,10 +80,15 @@ async def current_ruleset() -> Ruleset:
     return await sync_to_async(active_ruleset, thread_sensitive=False)()
 
 
-def build_ruleset() -> Ruleset:
-    """Compile the stored rules, with the stamp they were read at."""
+def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
+    """Compile the stored rules and scripts, with the stamp they were read at; when only
+    the scripts changed since ``previous``, its rules are kept as they are."""
+    window = settings.STATIC_AGENTS_MATCH_WINDOW
     with transaction.atomic():  # one consistent read: never half an old fixture
         stamp = ruleset_stamp()
+        scripts = compile_scripts(stored_scripts(), window=window)
+        if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
+            return replace(previous, stamp=stamp, scripts=scripts)
         document = stored_document()
     defaults = dict(document["defaults"])
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
@@ -86,8 +97,14 @@ def build_ruleset() -> Ruleset:
         rules=document["rules"],
         defaults=defaults,
         fallback=document["fallback"],
-        window=settings.STATIC_AGENTS_MATCH_WINDOW,
+        window=window,
+        scripts=scripts,
+        compiler=compiler,
     )
+
+
+def _rules_part(stamp: str) -> str:
+    return stamp.partition(":")[0]
 
 
 def server_stream_defaults() -> dict[str, int]:
