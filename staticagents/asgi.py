@@ -3,7 +3,8 @@
 The reply routes of every dialect (model dialects, ADK run, the Galaxy chat
 stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``; the
 WebSocket goes to its Channels consumer; the Galaxy API, the control API and
-the admin go through Django (DESIGN section 1).
+the admin go through Django (DESIGN section 1), the control API in one thread
+hop a request (``serving.onehop``).
 """
 
 import gc
@@ -28,6 +29,7 @@ from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
+from staticagents.serving.onehop import OneHopDjango  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
 
 # The router tries the reply routes in order: the busiest first.
@@ -42,6 +44,8 @@ reply_routes = [
     *adk.http_routes,
     *galaxy_stream.http_routes,
 ]
+# The control API, which tests drive before and after every agent run, in one thread hop.
+http_application = OneHopDjango("/control/", django_application)  # type: ignore[arg-type]
 websocket_application = URLRouter([*websocket.websocket_routes, websocket.unknown_path_route])
 # A reply route's request goes straight to its handler (which refuses a NUL character in
 # the path or query itself); any other request meets the PathGuard, then Django or Channels.
@@ -50,7 +54,7 @@ application = ReplyRouter(
     PathGuard(
         ProtocolTypeRouter(
             {
-                "http": RequestGuard(django_application),  # type: ignore[arg-type]
+                "http": RequestGuard(http_application),
                 "websocket": websocket_application,
             }
         )

@@ -560,7 +560,7 @@ def test_uploading_a_fixture_replaces_the_rules(admin_client: Client, rules: Non
     assert Defaults.objects.get(pk=1).confidence == "low"
     assert version() == before + 1
     assert messages_on(admin_client, CHANGELIST) == [
-        "Uploaded rules.yml (replace): imported: 2 rule(s) created, 0 updated, 4 deleted."
+        "Uploaded rules.yml (replace): imported: 1 rule(s) created, 1 updated, 3 deleted."
     ]
 
 
@@ -583,8 +583,8 @@ def test_a_dry_run_reports_and_changes_nothing(admin_client: Client, rules: None
     assert export_document() == before_doc
     assert version() == before_version
     assert messages_on(admin_client, UPLOAD) == [
-        "Dry run of rules.yml (replace): would import: 2 rule(s) created, 0 updated, "
-        "4 deleted. Nothing changed."
+        "Dry run of rules.yml (replace): would import: 1 rule(s) created, 1 updated, "
+        "3 deleted. Nothing changed."
     ]
 
 
