@@ -154,21 +154,24 @@ class Ruleset:
 
 class RuleCompiler:
     """Compiles the rules of successive snapshots, reusing every rule whose document
-    (and match window) is the same as in the previous one; ``compiled`` counts the
-    rules it actually compiled."""
+    (and match window) is the same as in one of the two snapshots before (so rules
+    that alternate, as a test's own and the demo do, stay compiled); ``compiled``
+    counts the rules it actually compiled."""
 
     def __init__(self) -> None:
         self.compiled = 0
         self._known: dict[tuple[bytes, int], CompiledRule] = {}
+        self._older: dict[tuple[bytes, int], CompiledRule] = {}
 
     def compile(self, rules: Sequence[Mapping[str, Any]], *, window: int) -> list[CompiledRule]:
-        known, self._known = self._known, {}
+        known, older = self._known, self._older
+        self._known, self._older = {}, known
         result = []
         for position, rule in enumerate(rules):
             if not rule.get("enabled", True):
                 continue
             key = (orjson.dumps(rule, option=orjson.OPT_SORT_KEYS), window)
-            compiled = known.get(key)
+            compiled = known.get(key) or older.get(key)
             if compiled is None:
                 compiled = compile_rule(rule, position=position, window=window)
                 self.compiled += 1

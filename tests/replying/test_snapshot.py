@@ -72,3 +72,12 @@ def test_a_session_script_compiles_no_rule_and_answers_only_its_session(ten_rule
     ended = match_inquiry(active_ruleset(), Inquiry(query="rule-1", session="mine"))
     assert ended is not None and ended.name == "rule-1"
     assert compiled() == before
+
+
+def test_rules_that_come_back_are_not_compiled_again(ten_rules: None) -> None:
+    before = compiled()
+    import_fixture(document=rules("alone"))  # a test's own rules, between the demo's
+    active_ruleset()
+    import_fixture(document=rules(*(f"rule-{i}" for i in range(10))))
+    assert [rule.name for rule in active_ruleset().rules][:2] == ["rule-0", "rule-1"]
+    assert compiled() - before == 1  # only "alone"
