@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from django.core.management import call_command
@@ -15,6 +16,10 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from staticagents.checks import check_served_host
 from staticagents.conf import settings
+from staticagents.management.commands._database_template import (
+    save_template,
+    start_from_template,
+)
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
 from staticagents.services import ensure_control_token, import_fixture
@@ -60,6 +65,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
         parser.add_argument(
+            "--template-dir",
+            type=Path,
+            default=None,
+            help="start a new SQLite database from a migrated copy kept here (made on first use)",
+        )
+        parser.add_argument(
             "--proxy-headers",
             action="store_true",
             help="trust X-Forwarded-For/-Proto from the proxy in front",
@@ -68,7 +79,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         for warning in check_served_host(options["host"]):
             self.stderr.write(self.style.WARNING(str(warning)))
-        call_command("migrate", interactive=False, verbosity=0)
+        self.migrate(options["template_dir"])
         self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
         self.announce_control_token()
         self.stdout.write(
@@ -91,6 +102,15 @@ class Command(BaseCommand):
             # deployment behind a proxy turns it on with --proxy-headers.
             proxy_headers=options["proxy_headers"],
         )
+
+    def migrate(self, template_dir: Path | None) -> None:
+        """Migrate; with a template directory, a new database starts from a migrated copy
+        (the migrations then have nothing to do), and the first one made is kept there."""
+        if template_dir is not None:
+            start_from_template(template_dir)
+        call_command("migrate", interactive=False, verbosity=0)
+        if template_dir is not None:
+            save_template(template_dir)  # only when there is none yet
 
     def announce_control_token(self) -> None:
         """Print the control API's token the first time serve creates it (shown only then)."""
