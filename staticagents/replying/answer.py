@@ -13,7 +13,6 @@ import hashlib
 import time
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.db import transaction
 from django.db.models import F, QuerySet
 
@@ -23,11 +22,14 @@ from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, m
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
 from staticagents.models import SessionCounter
+from staticagents.replying.database import ConnectionThreads
 from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset, current_ruleset
 
 SEQUENCE_KEY = "seq"
 CHAOS_KEY = "chaos"
+# Where the event loop advances the sessions' counters (rules with session state).
+counter_threads = ConnectionThreads(4, name="static-agents-counters")
 
 
 @value_class
@@ -68,7 +70,7 @@ async def aanswer_inquiry(
         ruleset = await current_ruleset()
     rule = match_inquiry(ruleset, inquiry)
     if rule is not None and rule.stateful:
-        step = await database_sync_to_async(next_step)(rule, inquiry)
+        step = await counter_threads.run(next_step, rule, inquiry)
     else:
         step = Step()
     reply = build_reply(ruleset, inquiry, rule, step)

@@ -11,16 +11,14 @@ that keep their database connections from one request to the next.
 
 from __future__ import annotations
 
-import asyncio
 import io
-from concurrent.futures import ThreadPoolExecutor
 
 from django.core.handlers.asgi import ASGIRequest
 from django.core.handlers.base import BaseHandler
-from django.db import connections
 from django.http import HttpResponseBase
 from django.urls import set_script_prefix
 
+from staticagents.replying.database import ConnectionThreads
 from staticagents.serving.guards import ASGIApp, Message, Receive, Scope, Send
 
 THREADS = 4
@@ -39,7 +37,7 @@ class OneHopDjango:
         self.others = others
         self.handler = BaseHandler()
         self.handler.load_middleware(is_async=False)
-        self.executor = ThreadPoolExecutor(THREADS, thread_name_prefix="static-agents-django")
+        self.threads = ConnectionThreads(THREADS, name="static-agents-django")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope.get("path", "").startswith(self.prefix):
@@ -48,20 +46,16 @@ class OneHopDjango:
         body = await read_body(receive)
         if body is None:
             return  # the client left
-        loop = asyncio.get_running_loop()
-        start, content = await loop.run_in_executor(self.executor, self.respond, scope, body)
+        start, content = await self.threads.run(self.respond, scope, body)
         await send(start)
         await send({"type": "http.response.body", "body": content})
 
     def respond(self, scope: Scope, body: bytes) -> tuple[Message, bytes]:
         """Run the request through Django, on this thread; the response's start and body."""
         set_script_prefix(scope.get("root_path", "") or "/")
-        try:
-            request = ASGIRequest(scope, io.BytesIO(body))
-            response: HttpResponseBase = self.handler.get_response(request)
-            content = b"".join(response) if response.streaming else response.content  # type: ignore[attr-defined]
-        finally:
-            tidy_connections()
+        request = ASGIRequest(scope, io.BytesIO(body))
+        response: HttpResponseBase = self.handler.get_response(request)
+        content = b"".join(response) if response.streaming else response.content  # type: ignore[attr-defined]
         start = {
             "type": "http.response.start",
             "status": response.status_code,
@@ -90,16 +84,3 @@ def response_headers(response: HttpResponseBase) -> list[tuple[bytes, bytes]]:
         for cookie in response.cookies.values()
     ]
     return headers
-
-
-def tidy_connections() -> None:
-    """Keep this thread's database connections for its next request, unless one broke or
-    came from a pool (closing it then returns it to the pool, cheaply)."""
-    for connection in connections.all(initialized_only=True):
-        if "pool" in connection.settings_dict.get("OPTIONS", {}):
-            connection.close()
-        elif connection.errors_occurred:
-            if connection.is_usable():
-                connection.errors_occurred = False
-            else:
-                connection.close()
