@@ -440,9 +440,9 @@ def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict
     """A session's fresh start: its sequence positions, fail-first counts, journal and
     script go; ``script`` (a validated rule document with ``responses``) is its new one."""
     with transaction.atomic():
-        counters, _ = SessionCounter.objects.filter(session=session).delete()
-        entries = clear_journal(session=session)
-        scripts, _ = SessionScript.objects.filter(session=session).delete()
+        counters = _fast_delete(SessionCounter.objects.filter(session=session))
+        entries = _fast_delete(JournalEntry.objects.filter(session=session))
+        scripts = _fast_delete(SessionScript.objects.filter(session=session))
         if script is not None:
             SessionScript.objects.create(
                 session=session,
@@ -452,6 +452,12 @@ def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict
         if scripts or script is not None:
             _bump_scripts_stamp()
     return {"counters": counters, "journal": entries}
+
+
+def _fast_delete(rows: QuerySet[Any]) -> int:
+    """Delete in one statement, without Django's collector reading the rows first (nothing
+    refers to these rows and no receiver listens): the testing kit does it every test."""
+    return rows._raw_delete(rows.db) or 0
 
 
 def _bump_scripts_stamp() -> None:
