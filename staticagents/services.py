@@ -126,12 +126,9 @@ def _replace(document: dict[str, Any]) -> tuple[ImportResult, bool]:
             moved.append(rule)
     Rule.objects.bulk_update(moved, ["position"], batch_size=500)
     _create_placed_rules(fresh)
-    before = _defaults_and_fallback()
-    _set_defaults(document["defaults"])
-    _set_fallback(document["fallback"])
+    extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
     result = ImportResult(len(fresh), updated, deleted, unchanged=unchanged)
-    changed = bool(fresh or updated or deleted or moved) or _defaults_and_fallback() != before
-    return result, changed
+    return result, bool(fresh or updated or deleted or moved or extras_changed)
 
 
 def _stored_form(doc: dict[str, Any]) -> dict[str, Any]:
@@ -140,13 +137,25 @@ def _stored_form(doc: dict[str, Any]) -> dict[str, Any]:
     return Rule(**Rule.fields_from(doc)).document(responses)
 
 
-def _defaults_and_fallback() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    defaults = Defaults.objects.filter(pk=1).first()
-    fallback = Fallback.objects.first()
-    return (
-        defaults.document() if defaults else None,
-        fallback.document() if fallback else None,
+def _replace_defaults_and_fallback(
+    defaults: dict[str, Any] | None, fallback: dict[str, Any] | None
+) -> bool:
+    """Store the defaults and fallback unless they are stored already; whether they were not."""
+    stored_defaults = Defaults.objects.filter(pk=1).first()
+    stored_fallback = Fallback.objects.first()
+    stored = (
+        stored_defaults.document() if stored_defaults else None,
+        stored_fallback.document() if stored_fallback else None,
     )
+    wanted = (
+        None if defaults is None else Defaults(**_defaults_fields(defaults)).document(),
+        None if fallback is None else Fallback(**Fallback.fields_from(fallback)).document(),
+    )
+    if stored == wanted:
+        return False
+    _set_defaults(defaults)
+    _set_fallback(fallback)
+    return True
 
 
 def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
@@ -240,9 +249,11 @@ def _set_defaults(doc: dict[str, Any] | None) -> None:
     if doc is None:
         Defaults.objects.all().delete()
         return
-    Defaults.objects.update_or_create(
-        pk=1, defaults={"confidence": doc.get("confidence"), "stream": doc.get("stream")}
-    )
+    Defaults.objects.update_or_create(pk=1, defaults=_defaults_fields(doc))
+
+
+def _defaults_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"confidence": doc.get("confidence"), "stream": doc.get("stream")}
 
 
 def _set_fallback(doc: dict[str, Any] | None) -> None:

@@ -261,6 +261,7 @@ class FixtureView(ControlView):
         session = request.query_params.get("session")
         if session and not dry_run:  # the testing kit's session starts afresh with the rules
             reset_session(session=session)
+        active_ruleset()  # this process's snapshot is rebuilt now, not at the next reply
         return Response(asdict(result))
 
 
@@ -371,7 +372,9 @@ class SessionView(ControlView):
 
     def put(self, request: Request, key: str) -> Response:
         script = script_document(request.data)
-        return Response({"session": key, **reset_session(session=key, script=script)})
+        reset = reset_session(session=key, script=script)
+        active_ruleset()  # this process's snapshot takes the script now, not at the next reply
+        return Response({"session": key, **reset})
 
     def delete(self, request: Request, key: str) -> Response:
         return Response({"session": key, **reset_session(session=key)})
