@@ -11,6 +11,7 @@ import hashlib
 import uuid
 from typing import Any, ClassVar
 
+import orjson
 from django.core.exceptions import ValidationError
 from django.db import models
 
@@ -144,6 +145,9 @@ class Rule(models.Model):
         help_text="For a sequence of responses",
     )
     updated_at = models.DateTimeField(auto_now=True)
+    # The digest of the document the rule was last written from (blank after an edit
+    # made field by field): a replace by the same document leaves the rule as it is.
+    digest = models.CharField(max_length=40, blank=True, default="", editable=False)
 
     responses: models.Manager[RuleResponse]
 
@@ -166,9 +170,17 @@ class Rule(models.Model):
         match = doc.get("match") or {}
         fields = {f"match_{key}": match[key] for key in MATCH_KEYS if key in match}
         fields.update(
-            name=doc["name"], enabled=doc.get("enabled", True), on_exhausted=doc.get("on_exhausted")
+            name=doc["name"],
+            enabled=doc.get("enabled", True),
+            on_exhausted=doc.get("on_exhausted"),
+            digest=cls.digest_of(doc),
         )
         return fields
+
+    @staticmethod
+    def digest_of(doc: dict[str, Any]) -> str:
+        """The digest of a validated rule document (its responses included)."""
+        return hashlib.sha1(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
     def document(self, responses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The rule in fixture form, keys in a stable order."""

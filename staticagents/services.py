@@ -99,10 +99,10 @@ def import_fixture(
 
 
 def _replace(document: dict[str, Any]) -> tuple[ImportResult, bool]:
-    """Make the stored rules exactly the document's, rewriting only the rules that differ
-    (so the snapshot recompiles only those); a rule that only moved gets its new place.
-    Also says whether anything changed."""
-    stored = {rule.name: rule for rule in Rule.objects.prefetch_related("responses")}
+    """Make the stored rules exactly the document's, rewriting only the rules whose
+    document differs (``Rule.digest``), so the snapshot recompiles only those; a rule
+    that only moved gets its new place. Also says whether anything changed."""
+    stored = {rule.name: rule for rule in Rule.objects.only("id", "name", "position", "digest")}
     wanted = {doc["name"] for doc in document["rules"]}
     gone = [rule.pk for name, rule in stored.items() if name not in wanted]
     deleted = 0
@@ -116,7 +116,7 @@ def _replace(document: dict[str, Any]) -> tuple[ImportResult, bool]:
         if rule is None:
             fresh.append((position, doc))
             continue
-        if rule.document() == _stored_form(doc):
+        if rule.digest and rule.digest == Rule.digest_of(doc):
             unchanged += 1
         else:
             _update_rule(rule, doc)
@@ -129,12 +129,6 @@ def _replace(document: dict[str, Any]) -> tuple[ImportResult, bool]:
     extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
     result = ImportResult(len(fresh), updated, deleted, unchanged=unchanged)
     return result, bool(fresh or updated or deleted or moved or extras_changed)
-
-
-def _stored_form(doc: dict[str, Any]) -> dict[str, Any]:
-    """A rule document as the database would give it back (``Rule.document``)."""
-    responses = [RuleResponse(**RuleResponse.fields_from(r)).document() for r in _responses(doc)]
-    return Rule(**Rule.fields_from(doc)).document(responses)
 
 
 def _replace_defaults_and_fallback(
@@ -306,6 +300,7 @@ def save_rule(
     with transaction.atomic():
         if rule.pk is None:
             rule.position = _next_position()
+        rule.digest = ""  # edited field by field: no document to compare a replace with
         rule.save()
         RuleResponse.objects.filter(pk__in=[r.pk for r in removed_responses]).delete()
         for response in responses:
@@ -347,7 +342,7 @@ def _delete_named_rules(names: Collection[str]) -> int:
 def set_rules_enabled(*, names: Collection[str], enabled: bool) -> int:
     """Enable or disable the named rules; return how many there are."""
     with transaction.atomic():
-        count = Rule.objects.filter(name__in=names).update(enabled=enabled)
+        count = Rule.objects.filter(name__in=names).update(enabled=enabled, digest="")
         _bump_version()
     return count
 

@@ -8,6 +8,11 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name="rule",
+            name="digest",
+            field=models.CharField(blank=True, default="", editable=False, max_length=40),
+        ),
+        migrations.AddField(
             model_name="rulesetstate",
             name="scripts_stamp",
             field=models.CharField(default="", max_length=32),
