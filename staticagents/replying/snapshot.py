@@ -4,8 +4,8 @@ The snapshot is built from the stored rules once per version of them and kept
 in this process. The version is the stamp in ``RulesetState``, which every
 write to the rules changes, so each worker notices an edit made through any
 other on its next request: a request reads the stamp (one indexed read) and
-rebuilds only when it changed. A rebuild compiles only the rules whose
-document changed (``RuleCompiler``). The sessions' scripts have a stamp of
+rebuilds only when it changed. A rebuild reads and compiles only the rules
+whose document changed (``Rule.digest``, ``RuleCompiler``). The sessions' scripts have a stamp of
 their own beside it: a new script reloads the scripts and rebuilds no rule.
 
 ``active_ruleset()`` is for code in a thread (it reads the stamp on the thread's
@@ -28,6 +28,7 @@ import sqlite3
 import threading
 import weakref
 from dataclasses import replace
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -36,7 +37,7 @@ from staticagents.conf import settings
 from staticagents.core.matching import RuleCompiler, Ruleset, compile_ruleset, compile_scripts
 from staticagents.models import RulesetState
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
-from staticagents.selectors import stored_document, stored_scripts
+from staticagents.selectors import stored_defaults_and_fallback, stored_rules, stored_scripts
 
 # Raw SQL: it runs on every request, and the ORM would cost it ten times over.
 # One string for both stamps, "<rules>:<scripts>", so a request compares one value.
@@ -46,6 +47,8 @@ _snapshot: Ruleset | None = None
 _snapshot_lock = threading.Lock()
 # What the snapshots of this process compiled; ``compiler.compiled`` counts the rules.
 compiler = RuleCompiler()
+# The documents of the rules of the last two snapshots, by digest: not read again.
+_documents: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] = ({}, {})
 
 
 def ruleset_stamp() -> str:
@@ -83,20 +86,23 @@ async def current_ruleset() -> Ruleset:
 def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
     """Compile the stored rules and scripts, with the stamp they were read at; when only
     the scripts changed since ``previous``, its rules are kept as they are."""
+    global _documents
     window = settings.STATIC_AGENTS_MATCH_WINDOW
     with transaction.atomic():  # one consistent read: never half an old fixture
         stamp = ruleset_stamp()
         scripts = compile_scripts(stored_scripts(), window=window)
         if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
             return replace(previous, stamp=stamp, scripts=scripts)
-        document = stored_document()
-    defaults = dict(document["defaults"])
+        rules = stored_rules({**_documents[1], **_documents[0]})
+        stored_defaults, fallback = stored_defaults_and_fallback()
+    _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])
+    defaults = dict(stored_defaults)
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
     return compile_ruleset(
         stamp=stamp,
-        rules=document["rules"],
+        rules=[rule for _, rule in rules],
         defaults=defaults,
-        fallback=document["fallback"],
+        fallback=fallback,
         window=window,
         scripts=scripts,
         compiler=compiler,

@@ -9,6 +9,7 @@ import pytest
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import match_inquiry
 from staticagents.document.schema import validate_document
+from staticagents.models import Rule
 from staticagents.replying import snapshot
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.services import import_fixture, reset_session
@@ -47,6 +48,26 @@ def test_replacing_rules_recompiles_only_the_rules_that_changed(ten_rules: None)
     answer = match_inquiry(ruleset, Inquiry(query="rule-3"))
     assert answer is not None and answer.responses == ({"content": "new rule-3"},)
     assert match_inquiry(ruleset, Inquiry(query="rule-0")) is ruleset.rules[-1]
+
+
+def test_a_rebuild_reads_only_the_rules_that_changed(
+    ten_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[str] = []
+    document_of = Rule.document
+
+    def reading(rule: Rule, responses: Any = None) -> dict[str, Any]:
+        read.append(rule.name)
+        return document_of(rule, responses)
+
+    monkeypatch.setattr(Rule, "document", reading)
+    document = rules(*(f"rule-{i}" for i in range(10)))
+    document["rules"][7] = rules("rule-7", content="new")["rules"][0]
+    import_fixture(document=document)
+    assert match_inquiry(active_ruleset(), Inquiry(query="rule-7")).responses == (  # type: ignore[union-attr]
+        {"content": "new rule-7"},
+    )
+    assert read == ["rule-7"]
 
 
 def test_the_same_rules_again_keep_the_snapshot(ten_rules: None) -> None:
