@@ -13,7 +13,7 @@ import hashlib
 import time
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, QuerySet
 
 from staticagents.conf import settings
@@ -88,7 +88,13 @@ def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
     in any number of processes each get their own position. A fail-first
     attempt does not advance the sequence: the failures come first, then the
     reply that position scripts.
+
+    A plain sequence (no response fails first or draws chaos: a ``replies()``
+    script, say) advances in one statement, where the database can say what it
+    wrote (an upsert ``RETURNING`` the count).
     """
+    if _plain_sequence(rule) and connection.features.can_return_columns_from_insert:
+        return Step(index=_advance(inquiry.session, rule.name) - 1)
     with transaction.atomic():
         index = _locked_count(inquiry.session, rule.name, SEQUENCE_KEY) if rule.sequenced else 0
         if _fails_first(rule, index, inquiry):
@@ -96,6 +102,26 @@ def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
         if rule.sequenced:
             _counter(inquiry.session, rule.name, SEQUENCE_KEY).update(count=F("count") + 1)
         return Step(index=index, request=_chaos_request(rule, index, inquiry))
+
+
+def _plain_sequence(rule: CompiledRule) -> bool:
+    return rule.sequenced and not any(r.get("fail_first") or r.get("chaos") for r in rule.responses)
+
+
+def _advance(session: str, rule: str) -> int:
+    """Count one more request of ``session`` to ``rule``'s sequence; the count, from 1."""
+    quote = connection.ops.quote_name
+    table = quote(SessionCounter._meta.db_table)
+    columns = ", ".join(quote(name) for name in ("session", "rule", "key", "count"))
+    count = quote("count")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, 1) "
+            f"ON CONFLICT ({columns.rsplit(', ', 1)[0]}) "
+            f"DO UPDATE SET {count} = {table}.{count} + 1 RETURNING {count}",
+            [session, rule, SEQUENCE_KEY],
+        )
+        return int(cursor.fetchone()[0])
 
 
 def _chaos_request(rule: CompiledRule, index: int, inquiry: Inquiry) -> int:

@@ -88,7 +88,10 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
     the scripts changed since ``previous``, its rules are kept as they are."""
     global _documents
     window = settings.STATIC_AGENTS_MATCH_WINDOW
+    outermost = not connection.in_atomic_block
     with transaction.atomic():  # one consistent read: never half an old fixture
+        if outermost:
+            _read_one_snapshot()
         stamp = ruleset_stamp()
         scripts = compile_scripts(stored_scripts(), window=window)
         if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
@@ -107,6 +110,15 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
         scripts=scripts,
         compiler=compiler,
     )
+
+
+def _read_one_snapshot() -> None:
+    """On PostgreSQL, make the transaction just begun read one snapshot of the database
+    (its default, READ COMMITTED, lets each statement see what committed meanwhile;
+    SQLite's transactions read one snapshot already)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
 def _rules_part(stamp: str) -> str:
