@@ -282,8 +282,11 @@ class JournalPagination(CursorPagination):
     max_page_size = 1000
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
-        self.count = queryset.count()
-        return super().paginate_queryset(queryset, request, view)
+        page = super().paginate_queryset(queryset, request, view)
+        # A first page with nothing after it holds every entry: no query to count them.
+        whole = self.cursor is None and not self.has_next
+        self.count = len(page) if whole else queryset.count()
+        return page
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response(

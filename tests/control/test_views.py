@@ -374,6 +374,17 @@ def test_adk_member_types_are_checked_at_their_own_path(tmp_path: Path, db: None
 # -- sessions, counters, explain -------------------------------------------------------
 
 
+def test_the_journal_counts_every_entry_on_every_page(control: httpx.Client, live_url: str) -> None:
+    for question in ("one", "two", "three"):
+        ask(live_url, question, session="paged")
+    whole = control.get("/journal?session=paged&page_size=5").json()
+    first = control.get("/journal?session=paged&page_size=2").json()
+    second = control.get(first["next"]).json()
+    assert [page["count"] for page in (whole, first, second)] == [3, 3, 3]
+    queries = [e["query"] for e in first["results"] + second["results"]]
+    assert queries == ["three", "two", "one"] == [e["query"] for e in whole["results"]]
+
+
 def test_deleting_a_session_resets_its_script_and_journal_only(
     control: httpx.Client, live_url: str
 ) -> None:
