@@ -1,7 +1,7 @@
 """Run every benchmark and print one table per area, as ratios measured side by side.
 
     python -m bench.run [--seconds 10] [--rounds 2]
-                        [--only replies,surfaces,streams,matching,fixtures,replace]
+                        [--only replies,surfaces,streams,matching,fixtures,replace,kit,startup]
                         [--baseline ../earlier-checkout]
 
 Nothing here asserts a time: the figures are for reading, and the ratios (ours
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import matching, replies, stream_drift, surfaces
+from bench import kit, matching, replies, stream_drift, surfaces
 from bench.servers import ROOT
 
 
@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=2, help="turns of the head-to-head reply servers"
     )
-    parser.add_argument("--only", default="replies,surfaces,streams,matching,fixtures,replace")
+    parser.add_argument(
+        "--only", default="replies,surfaces,streams,matching,fixtures,replace,kit,startup"
+    )
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -82,9 +84,20 @@ def main() -> None:
         "matching": ("Matching: the pure matcher, the answering rule last", matching.run),
         "fixtures": ("Fixtures: 10,000 rules", lambda: own_process("bench.fixtures")),
         "replace": (
-            "Replacing rules: 5,000 rules of two responses, into an empty database "
-            "and over 5,000 others (best of 5 rounds)",
+            "Replacing rules: 5,000 rules of two responses, into an empty database, over "
+            "5,000 others, over themselves and with one changed; then the snapshot "
+            "(best of 5 rounds)",
             lambda: own_process("bench.replace_rules"),
+        ),
+        "kit": (
+            "The testing kit: 100 agent tests of each kind under the plugin; a test's kit "
+            "calls (script or rules, one reply, the journal) against one plain reply",
+            lambda: kit.suite_rows(100, ROOT, "this"),
+        ),
+        "startup": (
+            "The testing kit's service: start to first reply, against a bare uvicorn app "
+            "(best of 3, alternating)",
+            lambda: kit.startup_rows(3, [("this", ROOT)]),
         ),
     }
     for name in args.only.split(","):

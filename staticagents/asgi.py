@@ -3,7 +3,8 @@
 The reply routes of every dialect (model dialects, ADK run, Galaxy's agent
 routes, chat and chat stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``; the
 WebSocket goes to its Channels consumer; the Galaxy API, the control API and
-the admin go through Django (DESIGN section 1).
+the admin go through Django (DESIGN section 1), the control API in one thread
+hop a request (``serving.onehop``).
 """
 
 import asyncio
@@ -33,6 +34,7 @@ from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
+from staticagents.serving.onehop import OneHopDjango  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
 from staticagents.serving.sessions import SessionPrefix  # noqa: E402
 from staticagents.serving.shutdown import stop_streams_on_exit_signals  # noqa: E402
@@ -51,6 +53,8 @@ reply_routes = [
     *galaxy.http_routes,  # POST only: the views behind take the other methods
     *galaxy_stream.http_routes,
 ]
+# The control API, which tests drive before and after every agent run, in one thread hop.
+http_application = OneHopDjango("/control/", django_application)  # type: ignore[arg-type]
 websocket_application = URLRouter([*websocket.websocket_routes, websocket.unknown_path_route])
 # Every request is counted and logged (serving.telemetry); /sessions/{key}/... binds the
 # rest of the path to a session; a reply route's request then goes straight to its handler
@@ -63,7 +67,7 @@ application = Observed(
             PathGuard(
                 ProtocolTypeRouter(
                     {
-                        "http": RequestGuard(django_application),  # type: ignore[arg-type]
+                        "http": RequestGuard(http_application),
                         "websocket": websocket_application,
                     }
                 )

@@ -7,7 +7,7 @@ The compiled snapshot of the rules that replies are answered from is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,6 +21,7 @@ from staticagents.models import (
     Fallback,
     JournalEntry,
     Rule,
+    SessionScript,
 )
 
 
@@ -57,14 +58,41 @@ def one_snapshot() -> Iterator[None]:
 def stored_document() -> dict[str, Any]:
     """The rules, defaults and fallback in fixture form (what ``export_fixture`` writes)."""
     with one_snapshot():
-        rules = Rule.objects.prefetch_related("responses").order_by("position", "id")
-        defaults = Defaults.objects.filter(pk=1).first()
-        fallback = Fallback.objects.first()
-        document: dict[str, Any] = {"version": 1}
-        document["defaults"] = {"confidence": "medium", **(defaults.document() if defaults else {})}
-        document["rules"] = [rule.document() for rule in rules]
-        document["fallback"] = fallback.document() if fallback else None
-    return document
+        defaults, fallback = stored_defaults_and_fallback()
+        rules = [rule for _, rule in stored_rules({})]
+    return {"version": 1, "defaults": defaults, "rules": rules, "fallback": fallback}
+
+
+def stored_defaults_and_fallback() -> tuple[dict[str, Any], dict[str, Any] | None]:
+    defaults = Defaults.objects.filter(pk=1).first()
+    fallback = Fallback.objects.first()
+    return (
+        {"confidence": "medium", **(defaults.document() if defaults else {})},
+        fallback.document() if fallback else None,
+    )
+
+
+def stored_rules(known: Mapping[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The rules in order, as (digest, document); a rule whose digest is in ``known`` (the
+    documents of digests read before) is not read again."""
+    order = list(Rule.objects.order_by("position", "id").values_list("id", "digest"))
+    missing = [pk for pk, digest in order if not digest or digest not in known]
+    read: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(missing), 500):  # a bounded number of parameters per query
+        rules = Rule.objects.filter(pk__in=missing[start : start + 500])
+        read.update((rule.pk, rule.document()) for rule in rules.prefetch_related("responses"))
+    return [(digest, read[pk] if pk in read else known[digest]) for pk, digest in order]
+
+
+def stored_scripts() -> dict[str, dict[str, Any]]:
+    """Every session's script, as a rule document, by session key."""
+    return {script.session: script.document() for script in SessionScript.objects.order_by("id")}
+
+
+def session_script(session: str) -> dict[str, Any] | None:
+    """The session's script as a rule document, or None."""
+    script = SessionScript.objects.filter(session=session).first()
+    return script.document() if script is not None else None
 
 
 def stored_rule(name: str) -> dict[str, Any] | None:

@@ -580,7 +580,6 @@ def test_uploading_a_fixture_replaces_the_rules(admin_client: Client, rules: Non
     assert Defaults.objects.get(pk=1).confidence == "low"
     assert version() == before + 1
     assert messages_on(admin_client, CHANGELIST) == [
-        # "greet" was there: rules are counted by name, as a merge counts them
         "Uploaded rules.yml (replace): imported: 1 rule(s) created, 1 updated, 3 deleted."
     ]
 

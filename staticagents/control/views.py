@@ -41,12 +41,14 @@ from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
-from staticagents.models import ControlToken, JournalEntry
+from staticagents.document.schema import DocumentInvalid, FieldError
+from staticagents.models import ControlToken, JournalEntry, SessionScript
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import (
     export_document,
     journal_counters,
     journal_entries,
+    session_script,
     stored_control_token_digest,
     stored_document,
     stored_rule,
@@ -294,6 +296,7 @@ class FixtureView(ControlView):
 
     The body is YAML, JSON or the ADK test-agent format, read raw whatever its
     content type; a document with any error changes nothing (400, every error).
+    ``?session=KEY`` also starts that session afresh, as ``DELETE /sessions/KEY`` does.
     """
 
     needs = {
@@ -316,11 +319,16 @@ class FixtureView(ControlView):
         return self._import(request, merge=True)
 
     def _import(self, request: Request, *, merge: bool) -> Response:
-        reject_unknown_params(request, {"dry_run"})
+        reject_unknown_params(request, {"dry_run", "session"})
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         # Read one byte past the limit, so load_fixture can name an oversized body.
         document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
-        return Response(asdict(import_fixture(document=document, merge=merge, dry_run=dry_run)))
+        result = import_fixture(document=document, merge=merge, dry_run=dry_run)
+        session = request.query_params.get("session")
+        if session and not dry_run:  # the testing kit's session starts afresh with the rules
+            reset_session(session=session)
+        active_ruleset()  # this process's snapshot is rebuilt now, not at the next reply
+        return Response(asdict(result))
 
 
 def _wants_json(request: Request) -> bool:
@@ -348,8 +356,11 @@ class JournalPagination(CursorPagination):
         return cursor
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
-        self.count = queryset.count()
-        return super().paginate_queryset(queryset, request, view)
+        page = super().paginate_queryset(queryset, request, view)
+        # A first page with nothing after it holds every entry: no query to count them.
+        whole = self.cursor is None and not self.has_next
+        self.count = len(page) if whole else queryset.count()
+        return page
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response(
@@ -381,45 +392,79 @@ class JournalView(ControlView):
         fallback = serializers.BooleanField(required=False, allow_null=True, default=None)
         contains = serializers.CharField(required=False, trim_whitespace=False)
 
-    class OutputSerializer(serializers.ModelSerializer):
-        class Meta:
-            model = JournalEntry
-            fields = (
-                "id",
-                "created_at",
-                "dialect",
-                "route",
-                "method",
-                "session",
-                "agent_type",
-                "model",
-                "query",
-                "body",
-                "headers",
-                "rule",
-                "outcome",
-                "status",
-                "duration_ms",
-                "diagnosis",
-            )
+    # The columns of an entry, read as values: a ModelSerializer would inspect the model
+    # again on every request, which cost more than the query.
+    FIELDS = (
+        "id",
+        "created_at",
+        "dialect",
+        "route",
+        "method",
+        "session",
+        "agent_type",
+        "model",
+        "query",
+        "body",
+        "headers",
+        "rule",
+        "outcome",
+        "status",
+        "duration_ms",
+        "diagnosis",
+    )
+    CREATED_AT = serializers.DateTimeField()
 
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         known = set(filters.fields) | {"cursor", "page_size"}
         reject_unknown_params(request, known)
         filters.is_valid(raise_exception=True)
+        entries = journal_entries(**filters.validated_data).values(*self.FIELDS)
         paginator = JournalPagination()
-        page = paginator.paginate_queryset(journal_entries(**filters.validated_data), request, self)
-        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+        page = paginator.paginate_queryset(entries, request, self)
+        for entry in page:
+            entry["created_at"] = self.CREATED_AT.to_representation(entry["created_at"])
+        return paginator.get_paginated_response(page)
 
     def delete(self, request: Request) -> Response:
         return Response({"deleted": clear_journal(session=session_param(request))})
 
 
-class SessionView(ControlView):
-    """``DELETE``: the session's fresh start (sequence positions, fail-first counts, journal)."""
+SCRIPT_KEYS = ("responses", "on_exhausted")
 
-    needs = {"DELETE": ("delete_sessioncounter", "delete_journalentry")}
+
+def script_document(data: Any) -> dict[str, Any]:
+    """A session's script (``{"responses": [...], "on_exhausted": ...}``), validated as the
+    responses of a rule."""
+    if not isinstance(data, dict):
+        raise DocumentInvalid([FieldError("", "a script must be a JSON object", "type")])
+    unknown = [FieldError(k, "unknown key", "unknown_key") for k in data if k not in SCRIPT_KEYS]
+    if unknown:
+        raise DocumentInvalid(unknown)
+    if "responses" not in data:
+        raise DocumentInvalid([FieldError("responses", "a script needs responses", "required")])
+    return schema.validate_part(schema.RuleSpec, {"name": SessionScript.RULE_NAME, **data})
+
+
+class SessionView(ControlView):
+    """One session: ``GET`` its script; ``PUT`` a script (``{"responses": [...],
+    "on_exhausted": "error"}``) to start it afresh with that script; ``DELETE`` to start
+    it afresh (sequence positions, fail-first counts, journal and script go)."""
+
+    def get(self, request: Request, key: str) -> Response:
+        return Response({"session": key, "script": session_script(key)})
+
+    def put(self, request: Request, key: str) -> Response:
+        script = script_document(request.data)
+        reset = reset_session(session=key, script=script)
+        active_ruleset()  # this process's snapshot takes the script now, not at the next reply
+        return Response({"session": key, **reset})
+
+    needs = {
+        "GET": ("view_sessionscript",),
+        "PUT": ("add_sessionscript", "delete_sessioncounter", "delete_journalentry"),
+        "DELETE": ("delete_sessioncounter", "delete_journalentry"),
+    }
 
     def delete(self, request: Request, key: str) -> Response:
         return Response({"session": key, **reset_session(session=key)})

@@ -16,7 +16,7 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from staticagents.models import ControlToken, Rule
+from staticagents.models import ControlToken, Rule, RulesetState
 from staticagents.services import ensure_control_token
 from tests.conftest import CONTROL_TOKEN
 from tests.conftest import galaxy_query as ask
@@ -318,11 +318,47 @@ def test_fixture_exports_yaml_by_default_and_json_on_request(control: httpx.Clie
 def test_fixture_put_replaces_and_post_merges(control: httpx.Client) -> None:
     control.post("/rules", json=GREETING)
     replaced = control.put("/fixture", content=yaml.safe_dump({"rules": [SCRIPT]}))
-    assert replaced.json() == {"created": 1, "updated": 0, "deleted": 1, "dry_run": False}
+    assert replaced.json() == {
+        "created": 1,
+        "updated": 0,
+        "deleted": 1,
+        "unchanged": 0,
+        "dry_run": False,
+    }
     assert rule_names(control) == ["script"]
     merged = control.post("/fixture", content=json.dumps({"rules": [GREETING]}))
     assert merged.json()["created"] == 1
     assert rule_names(control) == ["script", "greeting"]
+
+
+def test_putting_a_fixture_again_rewrites_only_what_changed(control: httpx.Client) -> None:
+    control.put("/fixture", content=yaml.safe_dump({"rules": [GREETING, SCRIPT]}))
+    ids = dict(Rule.objects.values_list("name", "id"))
+    version = RulesetState.objects.get().version
+
+    again = control.put("/fixture", content=yaml.safe_dump({"rules": [GREETING, SCRIPT]}))
+    assert again.json()["unchanged"] == 2
+    assert (again.json()["created"], again.json()["updated"], again.json()["deleted"]) == (0, 0, 0)
+    assert RulesetState.objects.get().version == version  # nothing to rebuild
+
+    changed = {**SCRIPT, "responses": [{"content": "Rainy."}]}
+    swapped = control.put("/fixture", content=yaml.safe_dump({"rules": [changed, GREETING]}))
+    assert (swapped.json()["updated"], swapped.json()["unchanged"]) == (1, 1)
+    assert RulesetState.objects.get().version == version + 1
+    assert dict(Rule.objects.values_list("name", "id")) == ids  # the rows stayed
+    assert rule_names(control) == ["script", "greeting"]
+    assert control.get("/rules/script").json()["responses"] == [{"content": "Rainy."}]
+
+
+def test_putting_a_fixture_with_a_session_starts_that_session_afresh(
+    control: httpx.Client, live_url: str
+) -> None:
+    control.post("/rules", json=GREETING)
+    ask(live_url, "hello", session="a")
+    ask(live_url, "hello", session="b")
+    control.put("/fixture?session=a", content=yaml.safe_dump({"rules": [GREETING]}))
+    sessions = [e["session"] for e in control.get("/journal").json()["results"]]
+    assert sessions == ["b"]
 
 
 def test_fixture_dry_run_changes_nothing(control: httpx.Client) -> None:
@@ -443,6 +479,17 @@ def test_adk_member_types_are_checked_at_their_own_path(tmp_path: Path, db: None
 # -- sessions, counters, explain -------------------------------------------------------
 
 
+def test_the_journal_counts_every_entry_on_every_page(control: httpx.Client, live_url: str) -> None:
+    for question in ("one", "two", "three"):
+        ask(live_url, question, session="paged")
+    whole = control.get("/journal?session=paged&page_size=5").json()
+    first = control.get("/journal?session=paged&page_size=2").json()
+    second = control.get(first["next"]).json()
+    assert [page["count"] for page in (whole, first, second)] == [3, 3, 3]
+    queries = [e["query"] for e in first["results"] + second["results"]]
+    assert queries == ["three", "two", "one"] == [e["query"] for e in whole["results"]]
+
+
 def test_deleting_a_session_resets_its_script_and_journal_only(
     control: httpx.Client, live_url: str
 ) -> None:
@@ -454,6 +501,47 @@ def test_deleting_a_session_resets_its_script_and_journal_only(
     assert ask(live_url, "weather?", session="b").json()["response"]["content"] == "Sunny."
     sessions = [e["session"] for e in control.get("/journal").json()["results"]]
     assert sorted(sessions) == ["a", "b", "b"]
+
+
+def test_a_session_script_answers_that_session_alone_before_any_rule(
+    control: httpx.Client, live_url: str
+) -> None:
+    control.post("/rules", json=GREETING)
+    version = RulesetState.objects.get().version
+    ask(live_url, "hello", session="a")
+    script = {"responses": [{"content": "one"}, {"content": "two"}], "on_exhausted": "error"}
+
+    put = control.put("/sessions/a", json=script)
+    assert put.json() == {"session": "a", "counters": 0, "journal": 1}  # started afresh
+    assert control.get("/sessions/a").json()["script"] == {"name": "replies", **script}
+    answers = [ask(live_url, "hello", session="a").json() for _ in range(3)]
+    assert [a["response"]["content"] for a in answers[:2]] == ["one", "two"]
+    assert answers[2]["error_type"] == "script_exhausted"
+    assert ask(live_url, "hello", session="b").json()["response"]["content"] == "Hi!"
+    assert ask(live_url, "hello").json()["response"]["content"] == "Hi!"  # the global session
+    assert {e["rule"] for e in control.get("/journal?session=a").json()["results"]} == {"replies"}
+    # The rules were never touched: their version is where it was.
+    assert RulesetState.objects.get().version == version
+    assert rule_names(control) == ["greeting"]
+
+    control.delete("/sessions/a")
+    assert control.get("/sessions/a").json()["script"] is None
+    assert ask(live_url, "hello", session="a").json()["response"]["content"] == "Hi!"
+
+
+def test_a_bad_script_is_refused_with_its_paths_and_changes_nothing(
+    control: httpx.Client, live_url: str
+) -> None:
+    control.put("/sessions/a", json={"responses": [{"content": "kept"}]})
+    refused = [
+        control.put("/sessions/a", json={"responses": [{"contnet": "x"}]}),
+        control.put("/sessions/a", json={"responses": [], "match": {"query": "x"}}),
+        control.put("/sessions/a", json={"on_exhausted": "error"}),
+        control.put("/sessions/a", json=["x"]),
+    ]
+    paths = [[e["path"] for e in errors_of(response)] for response in refused]
+    assert paths == [["responses[0].contnet"], ["match"], ["responses"], [""]]
+    assert control.get("/sessions/a").json()["script"]["responses"] == [{"content": "kept"}]
 
 
 def test_counters_sum_what_the_service_saw_overall_and_per_session(

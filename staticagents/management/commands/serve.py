@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from django.core.management import call_command
@@ -26,6 +27,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from staticagents.checks import check_served_host
 from staticagents.conf import settings
+from staticagents.management.commands._database_template import (
+    save_template,
+    start_from_template,
+)
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
 from staticagents.services import ensure_control_token, import_fixture
@@ -82,6 +87,12 @@ class Command(BaseCommand):
             "--log-format", default="text", choices=FORMATS, help="json: one object a line"
         )
         parser.add_argument(
+            "--template-dir",
+            type=Path,
+            default=None,
+            help="start a new SQLite database from a migrated copy kept here (made on first use)",
+        )
+        parser.add_argument(
             "--proxy-headers",
             action="store_true",
             help="trust X-Forwarded-For/-Proto from the proxy in front",
@@ -92,7 +103,7 @@ class Command(BaseCommand):
             self.stderr.write(self.style.WARNING(str(warning)))
         listener = listening_socket(options["host"], options["port"])
         try:
-            call_command("migrate", interactive=False, verbosity=0)
+            self.migrate(options["template_dir"])
             self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
             self.announce_control_token()
             host, port = listener.getsockname()[:2]
@@ -103,6 +114,15 @@ class Command(BaseCommand):
             run_server(listener, options)
         finally:
             listener.close()
+
+    def migrate(self, template_dir: Path | None) -> None:
+        """Migrate; with a template directory, a new database starts from a migrated copy
+        (the migrations then have nothing to do), and the first one made is kept there."""
+        if template_dir is not None:
+            start_from_template(template_dir)
+        call_command("migrate", interactive=False, verbosity=0)
+        if template_dir is not None:
+            save_template(template_dir)  # only when there is none yet
 
     def announce_control_token(self) -> None:
         """Print the control API's token the first time serve creates it (shown only then)."""
