@@ -3,12 +3,15 @@
 Galaxy's semantics, exactly: the first enabled rule whose every predicate holds
 wins; a rule without ``agent_type`` serves every type; ``query`` is an unanchored
 ``re.search``; ``context`` fails closed on a missing or empty context.
+
+Regexes run in bounded time (``core.regexes``): a rule whose regex runs out of
+the inquiry's time budget does not answer it (it fails closed), and the
+``Deadline`` of the inquiry names it, for the journal and ``explain``.
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +20,7 @@ import ahocorasick
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.literals import Gate, required_literal
+from staticagents.core.regexes import DEFAULT_BUDGET, Deadline, MatchTimeout, Searcher
 
 # Regexes run on at most this many characters of any text, so no inquiry can make
 # a rule's pattern take unbounded time (issue: hostile input).
@@ -28,8 +32,8 @@ class Predicate:
     """One condition of a rule: ``holds`` decides, ``explain`` says why it failed."""
 
     key: str
-    holds: Callable[[Inquiry], bool]
-    explain: Callable[[Inquiry], str]
+    holds: Callable[[Inquiry, Deadline], bool]
+    explain: Callable[[Inquiry, Deadline], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +59,17 @@ class CompiledRule:
         object.__setattr__(self, "sequenced", sequenced)
         object.__setattr__(self, "stateful", stateful)
 
-    def matches(self, inquiry: Inquiry) -> bool:
-        # A plain loop: all() over a generator costs twice as much, on every candidate.
-        for predicate in self.predicates:  # noqa: SIM110
-            if not predicate.holds(inquiry):
-                return False
+    def matches(self, inquiry: Inquiry, deadline: Deadline) -> bool:
+        """Whether every predicate holds; False (and noted) when one ran out of time."""
+        predicate = None
+        try:
+            # A plain loop: all() over a generator costs twice as much, on every candidate.
+            for predicate in self.predicates:  # noqa: SIM110
+                if not predicate.holds(inquiry, deadline):
+                    return False
+        except MatchTimeout:
+            deadline.overruns[self.name] = predicate.key if predicate else ""
+            return False
         return True
 
 
@@ -112,6 +122,10 @@ class Ruleset:
     folded_literals: Any = None  # the same for case-insensitive literals, over query.lower()
     folded_gated: frozenset[int] = frozenset()
     by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
+    budget: float = DEFAULT_BUDGET  # seconds of timed regex search per inquiry
+
+    def deadline(self) -> Deadline:
+        return Deadline(self.budget)
 
     def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
         """The rules that may answer, in order: other types' rules and rules whose
@@ -156,9 +170,11 @@ def compile_ruleset(
     defaults: Mapping[str, Any] | None = None,
     fallback: Mapping[str, Any] | None = None,
     window: int = DEFAULT_MATCH_WINDOW,
+    budget: float = DEFAULT_BUDGET,
 ) -> Ruleset:
+    searchers: dict[str, Searcher] = {}  # one compilation per distinct pattern
     compiled = tuple(
-        compile_rule(rule, position=i, window=window)
+        compile_rule(rule, position=i, window=window, searchers=searchers)
         for i, rule in enumerate(rules)
         if rule.get("enabled", True)
     )
@@ -182,6 +198,7 @@ def compile_ruleset(
         folded_literals=_literal_index([r for r in compiled if r.gate and r.gate.folded]),
         folded_gated=frozenset(r.position for r in compiled if r.gate and r.gate.folded),
         by_position={rule.position: rule for rule in compiled},
+        budget=budget,
     )
 
 
@@ -207,7 +224,13 @@ def _literal_index(rules: Sequence[CompiledRule]) -> Any:
     return automaton
 
 
-def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> CompiledRule:
+def compile_rule(
+    rule: Mapping[str, Any],
+    *,
+    position: int,
+    window: int,
+    searchers: dict[str, Searcher] | None = None,
+) -> CompiledRule:
     match: Mapping[str, Any] = rule.get("match") or {}
     sequence = "responses" in rule
     responses = tuple(rule["responses"]) if sequence else (rule.get("response") or {},)
@@ -215,7 +238,7 @@ def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> Comp
         name=str(rule.get("name") or f"rule-{position + 1}"),
         position=position,
         agent_type=match.get("agent_type"),
-        predicates=tuple(_predicates(match, window)),
+        predicates=tuple(_predicates(match, window, {} if searchers is None else searchers)),
         responses=responses,
         sequence=sequence,
         on_exhausted=str(rule.get("on_exhausted", "repeat_last")),
@@ -223,16 +246,32 @@ def compile_rule(rule: Mapping[str, Any], *, position: int, window: int) -> Comp
     )
 
 
-def match_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> CompiledRule | None:
-    """The first enabled rule whose every predicate holds, or None (the fallback answers)."""
+def match_inquiry(
+    ruleset: Ruleset, inquiry: Inquiry, deadline: Deadline | None = None
+) -> CompiledRule | None:
+    """The first enabled rule whose every predicate holds, or None (the fallback answers).
+
+    ``deadline`` (default: a fresh one) bounds the timed searches and names the rules
+    that ran out of it.
+    """
+    if deadline is None:
+        deadline = ruleset.deadline()
     for rule in ruleset.candidates(inquiry):
-        if rule.matches(inquiry):
+        if rule.matches(inquiry, deadline):
             return rule
     return None
 
 
-def explain_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> list[RuleVerdict]:
-    """For every rule up to the one that answers, which predicate failed and why."""
+def explain_inquiry(
+    ruleset: Ruleset, inquiry: Inquiry, deadline: Deadline | None = None
+) -> list[RuleVerdict]:
+    """For every rule up to the one that answers, which predicate failed and why.
+
+    Given the deadline ``match_inquiry`` used, a rule that ran out of time then is
+    reported as such without searching again.
+    """
+    if deadline is None:
+        deadline = ruleset.deadline()
     verdicts: list[RuleVerdict] = []
     for rule in ruleset.rules:
         if rule.agent_type is not None and rule.agent_type != inquiry.agent_type:
@@ -245,45 +284,81 @@ def explain_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> list[RuleVerdict]:
                 )
             )
             continue
-        failed = next((p for p in rule.predicates if not p.holds(inquiry)), None)
-        if failed is None:
-            verdicts.append(RuleVerdict(rule.name, True))
-            break
-        verdicts.append(RuleVerdict(rule.name, False, failed.key, failed.explain(inquiry)))
+        if rule.name not in deadline.overruns:
+            failed = _failed_predicate(rule, inquiry, deadline)
+            if failed is None:
+                verdicts.append(RuleVerdict(rule.name, True))
+                break
+            if rule.name not in deadline.overruns:
+                reason = failed.explain(inquiry, deadline)
+                verdicts.append(RuleVerdict(rule.name, False, failed.key, reason))
+                continue
+        key = deadline.overruns[rule.name]
+        verdicts.append(RuleVerdict(rule.name, False, key, _overrun(key, ruleset.budget)))
     return verdicts
+
+
+def _failed_predicate(rule: CompiledRule, inquiry: Inquiry, deadline: Deadline) -> Any:
+    """The first predicate that does not hold (noting a timeout as ``matches`` does)."""
+    for predicate in rule.predicates:
+        try:
+            if not predicate.holds(inquiry, deadline):
+                return predicate
+        except MatchTimeout:
+            deadline.overruns[rule.name] = predicate.key
+            return predicate
+    return None
+
+
+def _overrun(key: str, budget: float) -> str:
+    return (
+        f"the {key} regex ran out of the {budget * 1000:g} ms time budget of an inquiry: "
+        "the rule fails closed"
+    )
 
 
 # -- predicates ---------------------------------------------------------------
 
 
-def _predicates(match: Mapping[str, Any], window: int) -> Iterable[Predicate]:
+def _predicates(
+    match: Mapping[str, Any], window: int, searchers: dict[str, Searcher]
+) -> Iterable[Predicate]:
+    def searcher(pattern: str) -> Searcher:
+        if pattern not in searchers:
+            searchers[pattern] = Searcher(pattern)
+        return searchers[pattern]
+
     # agent_type is handled by the per-type index, so it needs no predicate here.
     if "query" in match:
-        yield _regex_predicate("query", match["query"], lambda i: i.query, window)
+        yield _regex_predicate("query", searcher(match["query"]), lambda i: i.query, window)
     if "contains" in match:
         yield _contains_predicate(match["contains"])
     if "context" in match:
-        yield _context_predicate(match["context"], window)
+        fields = {name: searcher(pattern) for name, pattern in match["context"].items()}
+        yield _context_predicate(fields, window)
     if "model" in match:
-        yield _regex_predicate("model", match["model"], lambda i: i.model, window)
+        yield _regex_predicate("model", searcher(match["model"]), lambda i: i.model, window)
     if "system" in match:
-        yield _regex_predicate("system", match["system"], lambda i: i.system, window)
+        yield _regex_predicate("system", searcher(match["system"]), lambda i: i.system, window)
     if "dialect" in match:
         yield _equals_predicate("dialect", match["dialect"], lambda i: i.dialect)
     if "turn" in match:
         yield _equals_predicate("turn", match["turn"], lambda i: i.turn)
     if "tool_result" in match:
-        yield _tool_result_predicate(match["tool_result"], window)
+        expected = match["tool_result"]
+        yield _tool_result_predicate(
+            expected if isinstance(expected, bool) else searcher(expected), window
+        )
 
 
 def _regex_predicate(
-    key: str, pattern: str, field_of: Callable[[Inquiry], str], window: int
+    key: str, searcher: Searcher, field_of: Callable[[Inquiry], str], window: int
 ) -> Predicate:
-    search = re.compile(pattern).search
+    search = searcher.search
     return Predicate(
         key,
-        lambda i: search(field_of(i)[:window]) is not None,
-        lambda i: f"{key} {_clip(field_of(i))!r} does not match /{pattern}/",
+        lambda i, d: search(field_of(i)[:window], d),
+        lambda i, d: f"{key} {_clip(field_of(i))!r} does not match /{searcher.pattern}/",
     )
 
 
@@ -295,28 +370,27 @@ def _contains_predicate(value: str | Sequence[str]) -> Predicate:
 
     return Predicate(
         "contains",
-        lambda i: all(n in i.query for n in needles),
-        lambda i: f"query does not contain {', '.join(map(repr, missing(i)))}",
+        lambda i, d: all(n in i.query for n in needles),
+        lambda i, d: f"query does not contain {', '.join(map(repr, missing(i)))}",
     )
 
 
-def _context_predicate(fields: Mapping[str, str], window: int) -> Predicate:
-    searches = {name: re.compile(pattern).search for name, pattern in fields.items()}
-
-    def failure(inquiry: Inquiry) -> str | None:
+def _context_predicate(fields: Mapping[str, Searcher], window: int) -> Predicate:
+    def failure(inquiry: Inquiry, deadline: Deadline) -> str | None:
         context = inquiry.context
         if not context:
             return "the inquiry has no context"
-        for name, search in searches.items():
+        for name, searcher in fields.items():
             if name not in context:
                 return f"context has no field {name!r}"
-            if search(str(context[name])[:window]) is None:
-                return (
-                    f"context.{name} {_clip(str(context[name]))!r} does not match /{fields[name]}/"
-                )
+            value = str(context[name])
+            if not searcher.search(value[:window], deadline):
+                return f"context.{name} {_clip(value)!r} does not match /{searcher.pattern}/"
         return None
 
-    return Predicate("context", lambda i: failure(i) is None, lambda i: failure(i) or "")
+    return Predicate(
+        "context", lambda i, d: failure(i, d) is None, lambda i, d: failure(i, d) or ""
+    )
 
 
 def _equals_predicate(
@@ -324,31 +398,32 @@ def _equals_predicate(
 ) -> Predicate:
     return Predicate(
         key,
-        lambda i: field_of(i) == expected,
-        lambda i: f"{key} is {field_of(i)!r}, not {expected!r}",
+        lambda i, d: field_of(i) == expected,
+        lambda i, d: f"{key} is {field_of(i)!r}, not {expected!r}",
     )
 
 
-def _tool_result_predicate(expected: bool | str, window: int) -> Predicate:
+def _tool_result_predicate(expected: bool | Searcher, window: int) -> Predicate:
     if isinstance(expected, bool):
         return Predicate(
             "tool_result",
-            lambda i: (i.tool_result is not None) is expected,
-            lambda i: (
+            lambda i, d: (i.tool_result is not None) is expected,
+            lambda i, d: (
                 "the last message is not a tool result"
                 if expected
                 else "the last message is a tool result"
             ),
         )
-    search = re.compile(expected).search
+    searcher = expected
 
-    def holds(inquiry: Inquiry) -> bool:
-        return inquiry.tool_result is not None and search(inquiry.tool_result[:window]) is not None
+    def holds(inquiry: Inquiry, deadline: Deadline) -> bool:
+        result = inquiry.tool_result
+        return result is not None and searcher.search(result[:window], deadline)
 
-    def explain(inquiry: Inquiry) -> str:
+    def explain(inquiry: Inquiry, deadline: Deadline) -> str:
         if inquiry.tool_result is None:
             return "the last message is not a tool result"
-        return f"tool result {_clip(inquiry.tool_result)!r} does not match /{expected}/"
+        return f"tool result {_clip(inquiry.tool_result)!r} does not match /{searcher.pattern}/"
 
     return Predicate("tool_result", holds, explain)
 

@@ -1,0 +1,209 @@
+"""Rule regexes, searched in bounded time with Python's ``re`` semantics.
+
+A pattern is read by Python's parser and written out again for RE2, a
+linear-time engine, with every character item spelled as the exact set of
+code points ``re`` would match (``core.charclasses``): case folding, ``\\d``,
+``\\w``, ``.`` and the anchors keep their meaning, whatever RE2's defaults.
+What RE2 cannot do (lookaround, backreferences, atomic groups, possessive
+repeats, ``$`` before more pattern, repeats above 1,000) and the texts its
+translation cannot read exactly (a lone surrogate; non-ASCII text under a
+Unicode ``\\b``) go to the ``regex`` module with a timeout: the time left in
+the inquiry's ``Deadline``. Running out raises ``MatchTimeout``.
+"""
+
+from __future__ import annotations
+
+import re
+import re._constants as sre  # the parser's opcodes, stable since 3.11
+import re._parser as sre_parse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import re2
+import regex
+
+from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges
+
+DEFAULT_BUDGET = 0.05  # seconds of timed search one inquiry may spend, over all its rules
+RE2_MAX_REPEAT = 1000
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.never_capture = True
+_RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS.max_mem = 64 << 20  # Unicode classes such as \w make big programs
+
+
+class MatchTimeout(Exception):  # noqa: N818: not an error of ours, an outcome
+    """A timed search ran out of the inquiry's budget."""
+
+
+class Deadline:
+    """The time one inquiry's timed searches may take in all, and which rules ran out of it.
+
+    The clock starts at the first timed search (RE2's are linear and need none);
+    ``overruns`` maps each rule that ran out of time to the predicate that did.
+    """
+
+    __slots__ = ("budget", "clock", "overruns", "started")
+
+    def __init__(
+        self, budget: float = DEFAULT_BUDGET, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.budget = budget
+        self.clock = clock
+        self.started: float | None = None
+        self.overruns: dict[str, str] = {}
+
+    def remaining(self) -> float:
+        now = self.clock()
+        if self.started is None:
+            self.started = now
+        return self.budget - (now - self.started)
+
+
+class Searcher:
+    """``re.search(pattern, text) is not None``, in time bounded by RE2 or by a deadline."""
+
+    __slots__ = ("ascii_only", "linear", "pattern", "timed")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.linear: Any = None
+        self.ascii_only = False
+        translation = to_re2(pattern)
+        if translation is not None:
+            try:
+                self.linear = re2.compile(translation.pattern, _RE2_OPTIONS)
+            except re2.error:
+                pass  # too big for RE2's memory: the timed engine takes it
+            self.ascii_only = translation.ascii_only
+        try:
+            self.timed: Any = regex.compile(pattern, regex.VERSION0)
+        except (regex.error, RecursionError, OverflowError):
+            self.timed = None  # then a text RE2 cannot read fails closed
+
+    @property
+    def engine(self) -> str:
+        return "re2" if self.linear is not None else "regex"
+
+    def search(self, text: str, deadline: Deadline) -> bool:
+        if self.linear is not None and (not self.ascii_only or text.isascii()):
+            try:
+                return self.linear.search(text) is not None
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: RE2 reads UTF-8 only
+        remaining = deadline.remaining()
+        if remaining <= 0 or self.timed is None:
+            raise MatchTimeout
+        try:
+            return self.timed.search(text, timeout=remaining) is not None
+        except TimeoutError:
+            raise MatchTimeout from None
+
+
+# -- translation ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Translation:
+    pattern: str
+    ascii_only: bool  # exact on ASCII text only (RE2's \b knows ASCII words only)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def to_re2(pattern: str) -> Translation | None:
+    """RE2 syntax with ``pattern``'s meaning under ``re.search``, or None when RE2 cannot."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    writer = _Writer()
+    try:
+        text = writer.sequence(parsed.data, parsed.state.flags, tail=True)
+    except (_Unsupported, RecursionError):
+        return None
+    return Translation(text, writer.ascii_only)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.ascii_only = False
+
+    def sequence(self, items: Any, flags: int, *, tail: bool) -> str:
+        items = list(items)
+        last = len(items) - 1
+        return "".join(
+            self.item(op, arg, flags, tail=tail and i == last) for i, (op, arg) in enumerate(items)
+        )
+
+    def item(self, op: Any, arg: Any, flags: int, *, tail: bool) -> str:
+        if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
+            return _class(char_ranges(op, arg, flags))
+        if op is sre.AT:
+            return self.anchor(arg, flags, tail=tail)
+        if op is sre.BRANCH:
+            branches = (self.sequence(b, flags, tail=tail) for b in arg[1])
+            return "(?:" + "|".join(branches) + ")"
+        if op is sre.SUBPATTERN:
+            _group, add, remove, body = arg
+            return "(?:" + self.sequence(body, (flags | add) & ~remove, tail=tail) + ")"
+        if op is sre.MAX_REPEAT or op is sre.MIN_REPEAT:
+            low, high, body = arg
+            lazy = "?" if op is sre.MIN_REPEAT else ""
+            inner = self.sequence(body, flags, tail=tail and high <= 1)
+            return f"(?:{inner}){_count(low, high)}{lazy}"
+        raise _Unsupported  # lookaround, backreferences, atomic, possessive
+
+    def anchor(self, at: Any, flags: int, *, tail: bool) -> str:
+        multiline = bool(flags & re.MULTILINE)
+        if at is sre.AT_BEGINNING:
+            return "(?m:^)" if multiline else r"\A"
+        if at is sre.AT_BEGINNING_STRING:
+            return r"\A"
+        if at is sre.AT_END_STRING:
+            return r"\z"
+        if at is sre.AT_END:
+            if multiline:
+                return "(?m:$)"
+            if tail:  # re's $ also holds before a final newline; nothing follows to read it
+                return r"(?:\n?\z)"
+            raise _Unsupported
+        if at in (sre.AT_BOUNDARY, sre.AT_NON_BOUNDARY):
+            if not flags & re.ASCII:
+                self.ascii_only = True
+            return r"\b" if at is sre.AT_BOUNDARY else r"\B"
+        raise _Unsupported
+
+
+def _count(low: int, high: int) -> str:
+    if high == sre.MAXREPEAT:
+        if low > RE2_MAX_REPEAT:
+            raise _Unsupported
+        return {0: "*", 1: "+"}.get(low, f"{{{low},}}")
+    if high > RE2_MAX_REPEAT:
+        raise _Unsupported
+    if (low, high) == (0, 1):
+        return "?"
+    return f"{{{low}}}" if low == high else f"{{{low},{high}}}"
+
+
+def _class(ranges: Ranges) -> str:
+    if not ranges:
+        return r"[^\x00-\x{10ffff}]"
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return _char(ranges[0][0])
+    if ranges == ((0, MAX_CODE),):
+        return r"(?s:.)"
+    body = "".join(_char(lo) if lo == hi else f"{_char(lo)}-{_char(hi)}" for lo, hi in ranges)
+    return f"[{body}]"
+
+
+def _char(code: int) -> str:
+    if code < 0x80 and (chr(code).isalnum() or chr(code) == "_"):
+        return chr(code)
+    return f"\\x{{{code:x}}}"
