@@ -66,7 +66,7 @@ class Deadline:
 class Searcher:
     """``re.search(pattern, text) is not None``, in time bounded by RE2 or by a deadline."""
 
-    __slots__ = ("ascii_only", "linear", "pattern", "timed")
+    __slots__ = ("_timed", "ascii_only", "linear", "pattern")
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
@@ -79,10 +79,10 @@ class Searcher:
             except re2.error:
                 pass  # too big for RE2's memory: the timed engine takes it
             self.ascii_only = translation.ascii_only
-        try:
-            self.timed: Any = regex.compile(pattern, regex.VERSION0)
-        except (regex.error, RecursionError, OverflowError):
-            self.timed = None  # then a text RE2 cannot read fails closed
+        # Compiled when first needed: most patterns never need it, and it costs more than RE2.
+        self._timed: Any = _NOT_YET
+        if self.linear is None:
+            self.timed()
 
     @property
     def engine(self) -> str:
@@ -94,13 +94,27 @@ class Searcher:
                 return self.linear.search(text) is not None
             except UnicodeEncodeError:
                 pass  # a lone surrogate: RE2 reads UTF-8 only
+        timed = self.timed()
         remaining = deadline.remaining()
-        if remaining <= 0 or self.timed is None:
+        if remaining <= 0 or timed is None:
             raise MatchTimeout
         try:
-            return self.timed.search(text, timeout=remaining) is not None
+            return timed.search(text, timeout=remaining) is not None
         except TimeoutError:
             raise MatchTimeout from None
+
+    def timed(self) -> Any:
+        """The ``regex`` module's compilation, or None when it cannot compile the pattern
+        (then a text RE2 cannot read fails closed)."""
+        if self._timed is _NOT_YET:
+            try:
+                self._timed = regex.compile(self.pattern, regex.VERSION0)
+            except (regex.error, RecursionError, OverflowError):
+                self._timed = False
+        return self._timed or None
+
+
+_NOT_YET = object()
 
 
 # -- translation ---------------------------------------------------------------

@@ -22,6 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from pydantic_core import PydanticCustomError
+
+from staticagents.core.backtracking import backtracking_problem
 from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDOW
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
@@ -40,8 +43,6 @@ ACTION_PARAMETERS = {
     "contact_support": None,
     "refine_query": None,
 }
-# Nested quantifiers such as (a+)+ or (a*)* backtrack exponentially on near-misses.
-NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,14 @@ def check_regex(pattern: str) -> str:
         re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"invalid regex: {exc}") from None
-    if NESTED_QUANTIFIER.search(pattern):
-        raise ValueError("regex has a nested quantifier (catastrophic backtracking)")
+    except (RecursionError, OverflowError):
+        raise ValueError("invalid regex: nested too deeply") from None
+    try:
+        problem = backtracking_problem(pattern)
+    except RecursionError:
+        problem = "regex is nested too deeply to check for catastrophic backtracking"
+    if problem is not None:
+        raise PydanticCustomError("slow_regex", problem)
     return pattern
 
 
@@ -411,6 +418,8 @@ def _message(item: Any) -> str:
 
 
 def _code(kind: str) -> str:
+    if kind == "slow_regex":
+        return kind
     if kind == "extra_forbidden":
         return "unknown_key"
     if kind == "missing":
