@@ -87,6 +87,7 @@ def build_ruleset() -> Ruleset:
         defaults=defaults,
         fallback=document["fallback"],
         window=settings.STATIC_AGENTS_MATCH_WINDOW,
+        budget=settings.STATIC_AGENTS_MATCH_BUDGET_MS / 1000,
     )
 
 
