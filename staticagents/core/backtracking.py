@@ -418,4 +418,3 @@ def _reachability(size: int, edges: list[tuple[int, int]]) -> list[set[int]]:
                 todo.extend(out[node])
         reach.append(seen)
     return reach
-

@@ -11,12 +11,11 @@ are Python's own rather than a re-implementation of them.
 
 from __future__ import annotations
 
+import _sre
 import functools
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
 from typing import Any
-
-import _sre
 
 MAX_CODE = 0x10FFFF
 Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive
@@ -38,7 +37,7 @@ def char_ranges(op: Any, arg: Any, flags: int) -> Ranges:
         return EVERYTHING if flags & re.DOTALL else ((0, 9), (11, MAX_CODE))
     folded = bool(flags & re.IGNORECASE)
     if op is sre.LITERAL or op is sre.NOT_LITERAL:
-        same = ((arg, arg),)
+        same: Ranges = ((arg, arg),)
         if folded and _sre.unicode_iscased(arg):
             same = _case_variants(arg, flags & re.ASCII)
         return same if op is sre.LITERAL else complement(same)

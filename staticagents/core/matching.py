@@ -20,7 +20,13 @@ import ahocorasick
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.literals import Gate, required_literal
-from staticagents.core.regexes import DEFAULT_BUDGET, Deadline, MatchTimeout, Searcher
+from staticagents.core.regexes import (
+    DEFAULT_BUDGET,
+    SURROGATE,
+    Deadline,
+    MatchTimeout,
+    Searcher,
+)
 
 # Regexes run on at most this many characters of any text, so no inquiry can make
 # a rule's pattern take unbounded time (issue: hostile input).
@@ -64,7 +70,7 @@ class CompiledRule:
         predicate = None
         try:
             # A plain loop: all() over a generator costs twice as much, on every candidate.
-            for predicate in self.predicates:  # noqa: SIM110
+            for predicate in self.predicates:
                 if not predicate.holds(inquiry, deadline):
                     return False
         except MatchTimeout:
@@ -123,9 +129,24 @@ class Ruleset:
     folded_gated: frozenset[int] = frozenset()
     by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
     budget: float = DEFAULT_BUDGET  # seconds of timed regex search per inquiry
+    # Which texts take the timed engine: any (a pattern RE2 cannot run), non-ASCII ones
+    # (a Unicode \b), or only those with a lone surrogate (any regex).
+    timed: str = "none"  # "any", "non-ascii", "surrogates", "none"
 
     def deadline(self) -> Deadline:
         return Deadline(self.budget)
+
+    def may_take_time(self, inquiry: Inquiry) -> bool:
+        """Whether matching ``inquiry`` may run a timed search (up to the budget): a caller
+        on an event loop then matches in a thread."""
+        if self.timed in ("any", "none"):
+            return self.timed == "any"
+        texts = [inquiry.query, inquiry.system, inquiry.model, inquiry.tool_result or ""]
+        texts += [str(value) for value in (inquiry.context or {}).values()]
+        wide = [text for text in texts if not text.isascii()]
+        if self.timed == "non-ascii":
+            return bool(wide)
+        return any(SURROGATE.search(text) for text in wide)
 
     def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
         """The rules that may answer, in order: other types' rules and rules whose
@@ -199,7 +220,17 @@ def compile_ruleset(
         folded_gated=frozenset(r.position for r in compiled if r.gate and r.gate.folded),
         by_position={rule.position: rule for rule in compiled},
         budget=budget,
+        timed=_timed_texts(searchers.values()),
     )
+
+
+def _timed_texts(searchers: Iterable[Searcher]) -> str:
+    """Which texts may take the timed engine (``Ruleset.timed``)."""
+    kinds = {
+        "any" if s.linear is None else "non-ascii" if s.ascii_only else "surrogates"
+        for s in searchers
+    }
+    return next((kind for kind in ("any", "non-ascii", "surrogates") if kind in kinds), "none")
 
 
 def _group(rules: Iterable[CompiledRule]) -> RuleGroup:

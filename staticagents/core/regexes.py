@@ -13,6 +13,7 @@ the inquiry's ``Deadline``. Running out raises ``MatchTimeout``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
 import re._parser as sre_parse
@@ -35,7 +36,10 @@ _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.max_mem = 64 << 20  # Unicode classes such as \w make big programs
 
 
-class MatchTimeout(Exception):  # noqa: N818: not an error of ours, an outcome
+SURROGATE = re.compile("[\ud800-\udfff]")  # RE2 reads UTF-8: these take the timed engine
+
+
+class MatchTimeout(Exception):
     """A timed search ran out of the inquiry's budget."""
 
 
@@ -74,10 +78,8 @@ class Searcher:
         self.ascii_only = False
         translation = to_re2(pattern)
         if translation is not None:
-            try:
+            with contextlib.suppress(re2.error):  # too big for RE2: the timed engine takes it
                 self.linear = re2.compile(translation.pattern, _RE2_OPTIONS)
-            except re2.error:
-                pass  # too big for RE2's memory: the timed engine takes it
             self.ascii_only = translation.ascii_only
         # Compiled when first needed: most patterns never need it, and it costs more than RE2.
         self._timed: Any = _NOT_YET
@@ -99,7 +101,8 @@ class Searcher:
         if remaining <= 0 or timed is None:
             raise MatchTimeout
         try:
-            return timed.search(text, timeout=remaining) is not None
+            # concurrent: the GIL is released, so a caller's other threads keep running.
+            return timed.search(text, timeout=remaining, concurrent=True) is not None
         except TimeoutError:
             raise MatchTimeout from None
 

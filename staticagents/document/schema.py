@@ -21,7 +21,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
 from pydantic_core import PydanticCustomError
 
 from staticagents.core.backtracking import backtracking_problem

@@ -9,6 +9,7 @@ writer (``replying.journal``).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from typing import Any
@@ -71,7 +72,10 @@ async def aanswer_inquiry(
     if ruleset is None:
         ruleset = await current_ruleset()
     deadline = ruleset.deadline()
-    rule = match_inquiry(ruleset, inquiry, deadline)
+    if ruleset.may_take_time(inquiry):  # a timed search must not hold the event loop
+        rule = await asyncio.to_thread(match_inquiry, ruleset, inquiry, deadline)
+    else:
+        rule = match_inquiry(ruleset, inquiry, deadline)
     if rule is not None and rule.stateful:
         step = await database_sync_to_async(next_step)(rule, inquiry)
     else:

@@ -84,12 +84,14 @@ async def aanswer_inquiries(
 async def _matched(
     ruleset: Ruleset, inquiries: Sequence[Inquiry], deadline: Deadline
 ) -> list[CompiledRule | None]:
-    """Each inquiry's rule; in a thread when the texts are long (``THREAD_TEXT``)."""
+    """Each inquiry's rule; in a thread when the texts are long (``THREAD_TEXT``) or a
+    timed search may run."""
 
     def match() -> list[CompiledRule | None]:
         return [match_inquiry(ruleset, inquiry, deadline) for inquiry in inquiries]
 
-    if sum(len(inquiry.query) for inquiry in inquiries) <= THREAD_TEXT:
+    long = sum(len(inquiry.query) for inquiry in inquiries) > THREAD_TEXT
+    if not long and not any(ruleset.may_take_time(inquiry) for inquiry in inquiries):
         return match()
     return await asyncio.to_thread(match)
 

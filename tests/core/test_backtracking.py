@@ -62,4 +62,3 @@ def test_repeats_handing_the_same_text_on_are_polynomial(pattern: str) -> None:
 @pytest.mark.parametrize("pattern", SAFE_PATTERNS)
 def test_unambiguous_possessive_and_atomic_patterns_pass(pattern: str) -> None:
     assert backtracking_problem(pattern) is None
-

@@ -37,7 +37,7 @@ PATTERNS = [
     r"(?s)a.c",
     r"\bé",
     r"(?i)İ",
-    r"(?i)ı",
+    r"(?i)\u0131",
     r"x\Z",
     r"\Ax",
     r"[^a]",
@@ -88,13 +88,13 @@ TEXTS = [
     "\u212a",
     "kx",
     "\u212ax",
-    "ſ",
+    "\u017f",
     "é",
     "xé",
     " é",
     "İ",
     "i",
-    "ı",
+    "\u0131",
     "I",
     "x",
     "x\n",
@@ -150,7 +150,7 @@ def test_lookaround_backreferences_and_atomic_groups_take_the_timed_engine(patte
 def test_case_folding_is_pythons_own_even_beyond_ascii() -> None:
     """re matches the Kelvin sign for (?i)k and both dotted and dotless i for (?i)i."""
     assert Searcher(r"(?i)k").search("\u212a", Deadline())
-    assert Searcher(r"(?i)i").search("ı", Deadline())
+    assert Searcher(r"(?i)i").search("\u0131", Deadline())  # dotless i
     assert not Searcher(r"(?ai)k").search("\u212a", Deadline())
 
 
@@ -159,7 +159,7 @@ def test_case_variants_of_a_cased_letter_are_cased_letters_only() -> None:
     character of the whole of Unicode would match."""
     literal = re._constants.LITERAL  # type: ignore[attr-defined]
     everything = "".join(map(chr, range(0x110000)))
-    for letter in "aksiAKSIßµσ":
+    for letter in "aksiAKSI\u00df\u00b5\u03c3":
         found = char_ranges(literal, ord(letter), re.IGNORECASE | re.UNICODE)
         pattern = re.compile(re.escape(letter), re.IGNORECASE)
         expected = [m.start() for m in pattern.finditer(everything)]
