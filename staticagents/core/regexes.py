@@ -13,7 +13,6 @@ the inquiry's ``Deadline``. Running out raises ``MatchTimeout``.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
 import re._parser as sre_parse
@@ -24,6 +23,7 @@ from typing import Any
 
 import re2
 import regex
+from re2 import _re2  # the binding itself: re2.compile's Python layer costs 8x the search
 
 from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges
 
@@ -34,6 +34,7 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.never_capture = True
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.max_mem = 64 << 20  # Unicode classes such as \w make big programs
+_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 
 
 SURROGATE = re.compile("[\ud800-\udfff]")  # RE2 reads UTF-8: these take the timed engine
@@ -50,13 +51,12 @@ class Deadline:
     ``overruns`` maps each rule that ran out of time to the predicate that did.
     """
 
-    __slots__ = ("budget", "clock", "overruns", "started")
+    __slots__ = ("budget", "overruns", "started")
+    clock: Callable[[], float] = staticmethod(time.monotonic)  # a test's subclass sets its own
 
-    def __init__(
-        self, budget: float = DEFAULT_BUDGET, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, budget: float = DEFAULT_BUDGET) -> None:
+        # Made for every inquiry: as little as can be.
         self.budget = budget
-        self.clock = clock
         self.started: float | None = None
         self.overruns: dict[str, str] = {}
 
@@ -78,8 +78,9 @@ class Searcher:
         self.ascii_only = False
         translation = to_re2(pattern)
         if translation is not None:
-            with contextlib.suppress(re2.error):  # too big for RE2: the timed engine takes it
-                self.linear = re2.compile(translation.pattern, _RE2_OPTIONS)
+            compiled = _re2.RE2(translation.pattern.encode(), _RE2_OPTIONS)
+            if compiled.ok():  # else too big for RE2: the timed engine takes it
+                self.linear = compiled
             self.ascii_only = translation.ascii_only
         # Compiled when first needed: most patterns never need it, and it costs more than RE2.
         self._timed: Any = _NOT_YET
@@ -93,9 +94,12 @@ class Searcher:
     def search(self, text: str, deadline: Deadline) -> bool:
         if self.linear is not None and (not self.ascii_only or text.isascii()):
             try:
-                return self.linear.search(text) is not None
+                encoded = text.encode()
             except UnicodeEncodeError:
                 pass  # a lone surrogate: RE2 reads UTF-8 only
+            else:
+                span: tuple[int, int] = self.linear.Match(_UNANCHORED, encoded, 0, len(encoded))[0]
+                return span[0] >= 0
         timed = self.timed()
         remaining = deadline.remaining()
         if remaining <= 0 or timed is None:
