@@ -133,14 +133,26 @@ class Ruleset:
     # (a Unicode \b), or only those with a lone surrogate (any regex).
     timed: str = "none"  # "any", "non-ascii", "surrogates", "none"
 
-    def deadline(self) -> Deadline:
+    def deadline(self, inquiry: Inquiry | None = None) -> Deadline:
+        """The deadline for matching ``inquiry``: a fresh one, or (when no timed search can
+        run for it) a shared one that nothing reads, which is cheaper to hand out."""
+        if inquiry is not None and not self.may_take_time(inquiry):
+            return NO_TIMED_SEARCH
         return Deadline(self.budget)
 
     def may_take_time(self, inquiry: Inquiry) -> bool:
         """Whether matching ``inquiry`` may run a timed search (up to the budget): a caller
         on an event loop then matches in a thread."""
-        if self.timed in ("any", "none"):
+        if self.timed == "any" or self.timed == "none":
             return self.timed == "any"
+        if (
+            inquiry.query.isascii()
+            and inquiry.system.isascii()
+            and inquiry.model.isascii()
+            and (inquiry.tool_result is None or inquiry.tool_result.isascii())
+            and not inquiry.context
+        ):
+            return False  # RE2 reads every ASCII text exactly
         texts = [inquiry.query, inquiry.system, inquiry.model, inquiry.tool_result or ""]
         texts += [str(value) for value in (inquiry.context or {}).values()]
         wide = [text for text in texts if not text.isascii()]
@@ -233,6 +245,9 @@ def _timed_texts(searchers: Iterable[Searcher]) -> str:
     return next((kind for kind in ("any", "non-ascii", "surrogates") if kind in kinds), "none")
 
 
+NO_TIMED_SEARCH = Deadline(0.0)  # handed out where no timed search can run: never read
+
+
 def _group(rules: Iterable[CompiledRule]) -> RuleGroup:
     ordered = list(rules)
     return RuleGroup(
@@ -286,7 +301,7 @@ def match_inquiry(
     that ran out of it.
     """
     if deadline is None:
-        deadline = ruleset.deadline()
+        deadline = ruleset.deadline(inquiry)
     for rule in ruleset.candidates(inquiry):
         if rule.matches(inquiry, deadline):
             return rule

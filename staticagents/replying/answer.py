@@ -20,7 +20,13 @@ from django.db.models import F, QuerySet
 
 from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry, mask_headers
-from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
+from staticagents.core.matching import (
+    NO_TIMED_SEARCH,
+    CompiledRule,
+    Ruleset,
+    explain_inquiry,
+    match_inquiry,
+)
 from staticagents.core.regexes import Deadline
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
@@ -42,7 +48,7 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     """Decide the reply to ``inquiry`` and record it in the journal (synchronous callers)."""
     started = time.perf_counter()
     ruleset = active_ruleset()
-    deadline = ruleset.deadline()
+    deadline = ruleset.deadline(inquiry)
     rule = match_inquiry(ruleset, inquiry, deadline)
     step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
     reply = build_reply(ruleset, inquiry, rule, step)
@@ -71,8 +77,8 @@ async def aanswer_inquiry(
     started = time.perf_counter()
     if ruleset is None:
         ruleset = await current_ruleset()
-    deadline = ruleset.deadline()
-    if ruleset.may_take_time(inquiry):  # a timed search must not hold the event loop
+    deadline = ruleset.deadline(inquiry)
+    if deadline is not NO_TIMED_SEARCH:  # a timed search must not hold the event loop
         rule = await asyncio.to_thread(match_inquiry, ruleset, inquiry, deadline)
     else:
         rule = match_inquiry(ruleset, inquiry, deadline)
