@@ -70,7 +70,7 @@ class Deadline:
 class Searcher:
     """``re.search(pattern, text) is not None``, in time bounded by RE2 or by a deadline."""
 
-    __slots__ = ("_timed", "ascii_only", "linear", "pattern")
+    __slots__ = ("_timed", "ascii_only", "empty", "linear", "pattern")
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
@@ -82,6 +82,12 @@ class Searcher:
             if compiled.ok():  # else too big for RE2: the timed engine takes it
                 self.linear = compiled
             self.ascii_only = translation.ascii_only
+        # The answer for the empty text, where re's \B never holds and the engines' does.
+        self.empty: bool | None = None
+        if translation is not None and translation.non_boundary:
+            self.empty = _re2_search(to_re2(pattern, empty_text=True), b"")
+        elif translation is None and r"\B" in pattern:
+            self.empty = re.search(pattern, "") is not None
         # Compiled when first needed: most patterns never need it, and it costs more than RE2.
         self._timed: Any = _NOT_YET
         if self.linear is None:
@@ -92,6 +98,8 @@ class Searcher:
         return "re2" if self.linear is not None else "regex"
 
     def search(self, text: str, deadline: Deadline) -> bool:
+        if not text and self.empty is not None:
+            return self.empty
         if self.linear is not None and (not self.ascii_only or text.isascii()):
             try:
                 encoded = text.encode()
@@ -131,29 +139,44 @@ _NOT_YET = object()
 class Translation:
     pattern: str
     ascii_only: bool  # exact on ASCII text only (RE2's \b knows ASCII words only)
+    non_boundary: bool  # has \B, which re never holds in an empty text
+
+
+def _re2_search(translation: Translation | None, text: bytes) -> bool | None:
+    """One search with a translation compiled for it (None when RE2 cannot)."""
+    if translation is None:
+        return None
+    compiled = _re2.RE2(translation.pattern.encode(), _RE2_OPTIONS)
+    if not compiled.ok():
+        return None
+    start: int = compiled.Match(_UNANCHORED, text, 0, len(text))[0][0]
+    return start >= 0
 
 
 class _Unsupported(Exception):
     pass
 
 
-def to_re2(pattern: str) -> Translation | None:
-    """RE2 syntax with ``pattern``'s meaning under ``re.search``, or None when RE2 cannot."""
+def to_re2(pattern: str, *, empty_text: bool = False) -> Translation | None:
+    """RE2 syntax with ``pattern``'s meaning under ``re.search``, or None when RE2 cannot;
+    ``empty_text``: for the empty text only."""
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, RecursionError, OverflowError):
         return None
-    writer = _Writer()
+    writer = _Writer(empty_text)
     try:
         text = writer.sequence(parsed.data, parsed.state.flags, tail=True)
     except (_Unsupported, RecursionError):
         return None
-    return Translation(text, writer.ascii_only)
+    return Translation(text, writer.ascii_only, writer.non_boundary)
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, empty_text: bool) -> None:
+        self.empty_text = empty_text
         self.ascii_only = False
+        self.non_boundary = False
 
     def sequence(self, items: Any, flags: int, *, tail: bool) -> str:
         items = list(items)
@@ -194,6 +217,10 @@ class _Writer:
             if tail:  # re's $ also holds before a final newline; nothing follows to read it
                 return r"(?:\n?\z)"
             raise _Unsupported
+        if at is sre.AT_NON_BOUNDARY:
+            self.non_boundary = True
+            if self.empty_text:
+                return _class(())
         if at in (sre.AT_BOUNDARY, sre.AT_NON_BOUNDARY):
             if not flags & re.ASCII:
                 self.ascii_only = True

@@ -12,6 +12,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from staticagents.core.charclasses import char_ranges
 from staticagents.core.inquiry import Inquiry
@@ -236,3 +238,79 @@ def test_one_deadline_bounds_every_timed_rule_of_an_inquiry() -> None:
     assert match_inquiry(ruleset, Inquiry("a" * 40 + "b"), deadline) is None
     assert list(deadline.overruns) == ["h0", "h1", "h2", "h3", "h4"]
     assert deadline.remaining() <= 0
+
+
+# -- generated: patterns built from the pieces whose meaning differs between engines ----
+
+ALPHABET = [
+    "a",
+    "A",
+    "k",
+    "K",
+    "\u212a",
+    "\u0131",
+    "I",
+    "\u00e9",
+    "\u00c9",
+    " ",
+    "\n",
+    "1",
+    "_",
+    "-",
+]
+ATOMS = [
+    *(re.escape(c) for c in ALPHABET),
+    "[a-k]",
+    "[^a]",
+    r"[\w-]",
+    r"\w",
+    r"\W",
+    r"\d",
+    r"\s",
+    r"\S",
+    ".",
+    r"\b",
+    r"\B",
+    "^",
+    "$",
+    r"\A",
+    r"\Z",
+]
+FLAGS = ["", "(?i)", "(?m)", "(?s)", "(?a)", "(?im)", "(?ai)"]
+
+
+@st.composite
+def patterns(draw: st.DrawFn, depth: int = 2) -> str:
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        if depth and draw(st.booleans()):
+            inner = draw(patterns(depth=depth - 1))
+            if draw(st.booleans()):
+                inner += "|" + draw(patterns(depth=depth - 1))
+            atom = f"({inner})"
+        else:
+            atom = draw(st.sampled_from(ATOMS))
+        parts.append(atom + draw(st.sampled_from(["", "", "*", "+", "?", "{1,2}", "*?", "{2}"])))
+    return "".join(parts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    flags=st.sampled_from(FLAGS),
+    pattern=patterns(),
+    texts=st.lists(st.text(alphabet=ALPHABET, max_size=8), min_size=1, max_size=6),
+)
+def test_generated_patterns_answer_as_re_search_does(
+    flags: str, pattern: str, texts: list[str]
+) -> None:
+    try:
+        expected = re.compile(flags + pattern)
+    except re.error:
+        return  # nothing to compare with: such a pattern is refused when saved
+    searcher = Searcher(flags + pattern)
+    for text in texts:
+        assert searcher.search(text, Deadline()) is (expected.search(text) is not None), (
+            flags + pattern,
+            text,
+            searcher.engine,
+        )
