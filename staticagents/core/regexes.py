@@ -29,6 +29,13 @@ from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges
 
 DEFAULT_BUDGET = 0.05  # seconds of timed search one inquiry may spend, over all its rules
 RE2_MAX_REPEAT = 1000
+# RE2 expands counted repeats when it compiles: \w{1000} (734 ranges, a thousand times)
+# takes seconds. Ranges times repeat counts above this go to the timed engine instead.
+RE2_MAX_SIZE = 20_000
+# The regex module expands counted repeats too (((\w{1000}){1000}){1000} exhausts memory):
+# a pattern whose repeats expand to more items than this is refused when saved, and one
+# already stored never answers (it fails closed).
+MAX_EXPANDED = 100_000
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.never_capture = True
@@ -90,7 +97,9 @@ class Searcher:
             self.empty = re.search(pattern, "") is not None
         # Compiled when first needed: most patterns never need it, and it costs more than RE2.
         self._timed: Any = _NOT_YET
-        if self.linear is None:
+        if expanded_size(pattern) > MAX_EXPANDED:
+            self._timed = False
+        elif self.linear is None:
             self.timed()
 
     @property
@@ -130,6 +139,35 @@ class Searcher:
 
 
 _NOT_YET = object()
+
+
+def expanded_size(pattern: str) -> int:
+    """How many items ``pattern`` holds with its counted repeats written out."""
+    try:
+        return _size(sre_parse.parse(pattern).data)
+    except (re.error, RecursionError, OverflowError):
+        return 0
+
+
+def _size(items: Any) -> int:
+    total = 0
+    for op, arg in items:
+        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+            low, high, body = arg
+            total += max(low if high == sre.MAXREPEAT else high, 1) * _size(body)
+        elif op is sre.SUBPATTERN:
+            total += _size(arg[3])
+        elif op is sre.BRANCH:
+            total += sum(_size(branch) for branch in arg[1])
+        elif op is sre.ATOMIC_GROUP:
+            total += _size(arg)
+        elif op is sre.ASSERT or op is sre.ASSERT_NOT:
+            total += _size(arg[1])
+        elif op is sre.GROUPREF_EXISTS:
+            total += _size(arg[1]) + _size(arg[2] or [])
+        else:
+            total += 1
+    return total
 
 
 # -- translation ---------------------------------------------------------------
@@ -177,6 +215,14 @@ class _Writer:
         self.empty_text = empty_text
         self.ascii_only = False
         self.non_boundary = False
+        self.size = 0  # character ranges written, each times the repeats around it
+        self.weight = 1  # the product of the counts of the repeats being written
+
+    def ranges(self, ranges: Ranges) -> str:
+        self.size += self.weight * max(len(ranges), 1)
+        if self.size > RE2_MAX_SIZE:
+            raise _Unsupported
+        return _class(ranges)
 
     def sequence(self, items: Any, flags: int, *, tail: bool) -> str:
         items = list(items)
@@ -187,7 +233,7 @@ class _Writer:
 
     def item(self, op: Any, arg: Any, flags: int, *, tail: bool) -> str:
         if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
-            return _class(char_ranges(op, arg, flags))
+            return self.ranges(char_ranges(op, arg, flags))
         if op is sre.AT:
             return self.anchor(arg, flags, tail=tail)
         if op is sre.BRANCH:
@@ -199,8 +245,12 @@ class _Writer:
         if op is sre.MAX_REPEAT or op is sre.MIN_REPEAT:
             low, high, body = arg
             lazy = "?" if op is sre.MIN_REPEAT else ""
+            count = _count(low, high)
+            outer = self.weight
+            self.weight *= max(low, 1) if high == sre.MAXREPEAT else max(high, 1)
             inner = self.sequence(body, flags, tail=tail and high <= 1)
-            return f"(?:{inner}){_count(low, high)}{lazy}"
+            self.weight = outer
+            return f"(?:{inner}){count}{lazy}"
         raise _Unsupported  # lookaround, backreferences, atomic, possessive
 
     def anchor(self, at: Any, flags: int, *, tail: bool) -> str:

@@ -25,6 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from staticagents.core.backtracking import backtracking_problem
 from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDOW
+from staticagents.core.regexes import MAX_EXPANDED, expanded_size
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 Dialect = Literal[
@@ -80,10 +81,16 @@ def check_regex(pattern: str) -> str:
         raise ValueError(f"invalid regex: {exc}") from None
     except (RecursionError, OverflowError):
         raise ValueError("invalid regex: nested too deeply") from None
-    try:
-        problem = backtracking_problem(pattern)
-    except RecursionError:
-        problem = "regex is nested too deeply to check for catastrophic backtracking"
+    if (size := expanded_size(pattern)) > MAX_EXPANDED:
+        problem: str | None = (
+            f"regex is too large: its counted repeats expand to {size} items "
+            f"(at most {MAX_EXPANDED})"
+        )
+    else:
+        try:
+            problem = backtracking_problem(pattern)
+        except RecursionError:
+            problem = "regex is nested too deeply to check for catastrophic backtracking"
     if problem is not None:
         raise PydanticCustomError("slow_regex", problem)
     return pattern

@@ -191,6 +191,12 @@ def test_an_exhausted_deadline_fails_a_timed_search_at_once() -> None:
         Searcher(r"(?=a)a").search("a", deadline)
 
 
+def test_a_stored_regex_too_large_for_either_engine_fails_closed() -> None:
+    searcher = Searcher("((a{1000}){1000}){1000}")  # compiles in re, not in RE2 or regex
+    with pytest.raises(MatchTimeout):
+        searcher.search("a" * 10, Deadline())
+
+
 def test_a_linear_search_needs_no_time_budget() -> None:
     exhausted = Deadline(budget=0.0)
     assert Searcher(r"(a|a)*$").search("a" * 40, exhausted)

@@ -233,6 +233,15 @@ def test_a_regex_that_backtracks_super_linearly_is_refused_with_path_and_code(
     assert "backtrack" in error.message
 
 
+def test_a_regex_whose_counted_repeats_expand_too_far_is_refused() -> None:
+    pattern = "((a{1000}){1000}){1000}"  # re compiles it; RE2 and regex would not fit it
+    with pytest.raises(DocumentInvalid) as caught:
+        load_fixture(json.dumps({"rules": [{"match": {"query": pattern}, "response": {}}]}))
+    [error] = caught.value.errors
+    assert (error.path, error.code) == ("rules[0].match.query", "slow_regex")
+    assert "too large" in error.message
+
+
 @pytest.mark.parametrize("pattern", SAFE_REGEXES)
 def test_possessive_atomic_and_unambiguous_regexes_are_accepted(pattern: str) -> None:
     document = load_fixture(json.dumps({"rules": [{"match": {"query": pattern}, "response": {}}]}))
