@@ -131,7 +131,7 @@ class Ruleset:
     budget: float = DEFAULT_BUDGET  # seconds of timed regex search per inquiry
     # Which texts take the timed engine: any (a pattern RE2 cannot run), non-ASCII ones
     # (a Unicode \b), or only those with a lone surrogate (any regex).
-    timed: str = "none"  # "any", "non-ascii", "surrogates", "none"
+    timed_texts: str = "none"  # "any", "non-ascii", "surrogates", "none"
 
     def deadline(self, inquiry: Inquiry | None = None) -> Deadline:
         """The deadline for matching ``inquiry``: a fresh one, or (when no timed search can
@@ -143,8 +143,8 @@ class Ruleset:
     def may_take_time(self, inquiry: Inquiry) -> bool:
         """Whether matching ``inquiry`` may run a timed search (up to the budget): a caller
         on an event loop then matches in a thread."""
-        if self.timed == "any" or self.timed == "none":
-            return self.timed == "any"
+        if self.timed_texts == "any" or self.timed_texts == "none":
+            return self.timed_texts == "any"
         if (
             inquiry.query.isascii()
             and inquiry.system.isascii()
@@ -156,7 +156,7 @@ class Ruleset:
         texts = [inquiry.query, inquiry.system, inquiry.model, inquiry.tool_result or ""]
         texts += [str(value) for value in (inquiry.context or {}).values()]
         wide = [text for text in texts if not text.isascii()]
-        if self.timed == "non-ascii":
+        if self.timed_texts == "non-ascii":
             return bool(wide)
         return any(SURROGATE.search(text) for text in wide)
 
@@ -232,12 +232,12 @@ def compile_ruleset(
         folded_gated=frozenset(r.position for r in compiled if r.gate and r.gate.folded),
         by_position={rule.position: rule for rule in compiled},
         budget=budget,
-        timed=_timed_texts(searchers.values()),
+        timed_texts=_timed_texts(searchers.values()),
     )
 
 
 def _timed_texts(searchers: Iterable[Searcher]) -> str:
-    """Which texts may take the timed engine (``Ruleset.timed``)."""
+    """Which texts may take the timed engine (``Ruleset.timed_texts``)."""
     kinds = {
         "any" if s.linear is None else "non-ascii" if s.ascii_only else "surrogates"
         for s in searchers
