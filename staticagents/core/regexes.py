@@ -83,6 +83,12 @@ class Searcher:
         self.pattern = pattern
         self.linear: Any = None
         self.ascii_only = False
+        self.empty: bool | None = None
+        # Compiled when first needed: most patterns never need it, and it costs more than RE2.
+        self._timed: Any = _NOT_YET
+        if expanded_size(pattern) > MAX_EXPANDED:
+            self._timed = False  # no engine: every search fails closed
+            return
         translation = to_re2(pattern)
         if translation is not None:
             compiled = _re2.RE2(translation.pattern.encode(), _RE2_OPTIONS)
@@ -90,16 +96,11 @@ class Searcher:
                 self.linear = compiled
             self.ascii_only = translation.ascii_only
         # The answer for the empty text, where re's \B never holds and the engines' does.
-        self.empty: bool | None = None
         if translation is not None and translation.non_boundary:
             self.empty = _re2_search(to_re2(pattern, empty_text=True), b"")
         elif translation is None and r"\B" in pattern:
             self.empty = re.search(pattern, "") is not None
-        # Compiled when first needed: most patterns never need it, and it costs more than RE2.
-        self._timed: Any = _NOT_YET
-        if expanded_size(pattern) > MAX_EXPANDED:
-            self._timed = False
-        elif self.linear is None:
+        if self.linear is None:
             self.timed()
 
     @property
