@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re._constants as sre  # the parser's opcodes, stable since 3.11
 import re._parser as sre_parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,8 @@ from staticagents.core.charclasses import Ranges, char_ranges, intersect, normal
 
 MAX_COPIES = 10  # a counted repeat up to this is expanded copy by copy; above it, a loop
 MAX_WORK = 200_000  # steps of the search for ambiguity; a pattern needing more is refused
+MAX_POSITIONS = 20_000  # character items of one region, counted repeats written out
+MAX_EDGES = 200_000  # (a nullable run such as a*b*c*... links every item to every later one)
 
 EXPONENTIAL = (
     "regex can backtrack exponentially: a repeated part can match the same text in more "
@@ -55,9 +57,9 @@ def backtracking_problem(pattern: str) -> str | None:
     """
     parsed = sre_parse.parse(pattern)
     regions: list[_Automaton] = []
-    _Automaton.read(parsed.data, parsed.state.flags, regions)
     budget = _Budget()
     try:
+        _Automaton.read(parsed.data, parsed.state.flags, regions)
         for automaton in regions:
             problem = automaton.problem(budget)
             if problem is not None:
@@ -161,6 +163,8 @@ class _Automaton:
         return ASSERTION  # \b, ^, $ and the like: match nothing, may fail
 
     def position(self, chars: Ranges) -> _Fragment:
+        if len(self.chars) >= MAX_POSITIONS:
+            raise _OutOfWork
         self.chars.append(self.intern(chars))
         p = len(self.chars) - 1
         return _Fragment([p], [p], [p], nullable=False, transparent=False, empties=0)
@@ -182,7 +186,7 @@ class _Automaton:
         return self.meets[key]
 
     def concat(self, a: _Fragment, b: _Fragment) -> _Fragment:
-        self.edges.extend((p, q) for p in a.last for q in b.first)
+        self.link(a.last, b.first)
         return _Fragment(
             first=_twice(a.first + _twice(b.first, a.empties)),
             last=_twice(b.last + _twice(a.last, b.empties)),
@@ -217,7 +221,7 @@ class _Automaton:
         return fragment
 
     def loop(self, body: _Fragment, *, optional: bool) -> _Fragment:
-        self.edges.extend((p, q) for p in body.last for q in body.first)
+        self.link(body.last, body.first)
         return self.optional(body) if optional else body
 
     def optional(self, body: _Fragment) -> _Fragment:
@@ -237,9 +241,21 @@ class _Automaton:
 
     # checking
 
+    def link(self, sources: list[int], targets: list[int]) -> None:
+        if len(self.edges) + len(sources) * len(targets) > MAX_EDGES:
+            raise _OutOfWork
+        self.edges.extend((p, q) for p in sources for q in targets)
+
     def problem(self, budget: _Budget) -> str | None:
+        self.out: dict[int, list[tuple[int, int]]] = {}
+        for index, (p, q) in enumerate(self.edges):
+            self.out.setdefault(p, []).append((index, q))
         components = _components(len(self.chars), self.edges)
-        loops = [c for c in components if len(c) > 1 or any(self.edges_within(c))]
+        loops = [
+            c
+            for c in components
+            if len(c) > 1 or any(q in c for p in c for _, q in self.out.get(p, ()))
+        ]
         if not loops:
             return None
         for component in loops:
@@ -249,17 +265,13 @@ class _Automaton:
             return POLYNOMIAL
         return None
 
-    def edges_within(self, component: frozenset[int]) -> Iterator[tuple[int, int]]:
-        return ((p, q) for p, q in self.edges if p in component and q in component)
-
     def exponential(self, component: frozenset[int], budget: _Budget) -> bool:
         """Two different paths reading the same text from a position back to itself."""
         if component <= self.free:
             return False  # whatever fails after it, the pattern ends there instead
-        out: dict[int, list[tuple[int, int]]] = {}
-        for index, (p, q) in enumerate(self.edges):
-            if p in component and q in component:
-                out.setdefault(p, []).append((index, q))
+        out = {
+            p: [(index, q) for index, q in self.out.get(p, ()) if q in component] for p in component
+        }
         pairs: dict[tuple[int, int], list[tuple[tuple[int, int], bool]]] = {}
         for p in component:
             for q in component:
@@ -283,10 +295,14 @@ class _Automaton:
 
     def polynomial(self, loops: list[frozenset[int]], budget: _Budget) -> bool:
         """A loop reading some text, and a later loop the same text can reach and repeat."""
-        reach = _reachability(len(self.chars), self.edges)
+        harmful = [late for late in loops if not late <= self.free]
+        if not harmful:
+            return False
+        reach = _reachability(len(self.chars), self.edges, budget)
         for early in loops:
-            for late in loops:
-                if early is late or late <= self.free:
+            for late in harmful:
+                budget.spend()
+                if early is late:
                     continue
                 p0 = next(iter(early))
                 if next(iter(late)) not in reach[p0]:
@@ -304,12 +320,9 @@ class _Automaton:
     ) -> bool:
         """Whether p -w-> p, p -w-> q and q -w-> q for some p in early, q in late, text w."""
         q0 = next(iter(late))
-        between = {
-            y for y in range(len(self.chars)) if y in reach[next(iter(early))] and q0 in reach[y]
-        } | early
-        out: dict[int, list[int]] = {}
-        for p, q in self.edges:
-            out.setdefault(p, []).append(q)
+        budget.spend(len(self.chars))
+        between = {y for y in reach[next(iter(early))] if q0 in reach[y]} | early
+        out = {p: [q for _, q in targets] for p, targets in self.out.items()}
         for p in early:
             for q in late:
                 seen = {(p, p, q)}
@@ -348,8 +361,8 @@ class _Budget:
     def __init__(self) -> None:
         self.left = MAX_WORK
 
-    def spend(self) -> None:
-        self.left -= 1
+    def spend(self, steps: int = 1) -> None:
+        self.left -= steps
         if self.left < 0:
             raise _OutOfWork
 
@@ -402,7 +415,7 @@ def _components_of(graph: dict[Any, list[Any]]) -> list[frozenset[Any]]:
     return result
 
 
-def _reachability(size: int, edges: list[tuple[int, int]]) -> list[set[int]]:
+def _reachability(size: int, edges: list[tuple[int, int]], budget: _Budget) -> list[set[int]]:
     """For each position, the positions reachable from it in one or more steps."""
     out: list[set[int]] = [set() for _ in range(size)]
     for p, q in edges:
@@ -414,6 +427,7 @@ def _reachability(size: int, edges: list[tuple[int, int]]) -> list[set[int]]:
         while todo:
             node = todo.pop()
             if node not in seen:
+                budget.spend()
                 seen.add(node)
                 todo.extend(out[node])
         reach.append(seen)
