@@ -48,6 +48,7 @@ def test_the_default_settings_pass_every_check() -> None:
         ("STATIC_AGENTS_API_KEYS", ["sk-one", ""], "E008"),
         ("STATIC_AGENTS_CONTROL_TOKEN", None, "E009"),
         ("STATIC_AGENTS_METRICS", "public", "E020"),
+        ("STATIC_AGENTS_MATCH_BUDGET_MS", 0, "E010"),
     ],
 )
 def test_a_setting_out_of_its_limits_is_an_error_with_its_id(
