@@ -871,11 +871,12 @@ BUDGET_MS = 20
 
 def install_behind_the_checks(database: Path, patterns: list[str]) -> None:
     """Put ``patterns`` into the placeholder rules straight in the database, as an older
-    version or a hand edit could have, bypassing the save-time check."""
+    version could have (one that kept no digest of the rule's document), bypassing the
+    save-time check."""
     with sqlite3.connect(database) as db:
         for index, pattern in enumerate(patterns):
             db.execute(
-                "UPDATE staticagents_rule SET match_query = ? WHERE name = ?",
+                "UPDATE staticagents_rule SET match_query = ?, digest = '' WHERE name = ?",
                 (pattern, f"hostile-{index}"),
             )
         db.execute("UPDATE staticagents_rulesetstate SET stamp = ?", (uuid.uuid4().hex,))
