@@ -7,11 +7,13 @@ The compiled snapshot of the rules that replies are answered from is
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, QuerySet, Value
+from django.db.models import Count, Max, QuerySet, Value
 from django.db.models.functions import StrIndex
 
+from staticagents.core.reach import Shadow, shadowed_rules
 from staticagents.models import (
     ControlToken,
     Defaults,
@@ -31,6 +33,25 @@ def stored_document() -> dict[str, Any]:
     document["rules"] = [rule.document() for rule in rules]
     document["fallback"] = fallback.document() if fallback else None
     return document
+
+
+def rule_shadows() -> dict[str, Shadow]:
+    """The stored rules that never answer, by name: an earlier enabled rule shadows each."""
+    rules = Rule.objects.order_by("position", "id")
+    return shadowed_rules(
+        [{"name": r.name, "enabled": r.enabled, "match": r.match_document()} for r in rules]
+    )
+
+
+def rule_answers() -> dict[str, tuple[int, datetime]]:
+    """How many journal entries each rule answered, and when it last did (one query)."""
+    rows = (
+        JournalEntry.objects.exclude(rule=None)
+        .values("rule")
+        .annotate(n=Count("id"), last=Max("created_at"))
+        .order_by()
+    )
+    return {row["rule"]: (row["n"], row["last"]) for row in rows}
 
 
 def export_document() -> dict[str, Any]:

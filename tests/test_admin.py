@@ -307,7 +307,7 @@ def test_deleting_a_rules_last_response_is_refused(admin_client: Client, rules: 
     assert RuleResponse.objects.filter(rule__name="greet").count() == 1
 
 
-def test_a_new_rule_goes_last_with_its_responses_in_order_and_blank_fields_absent(
+def test_a_new_rule_goes_before_the_catch_all_with_its_responses_in_order_and_blanks_absent(
     admin_client: Client, rules: None
 ) -> None:
     before = version()
@@ -326,8 +326,8 @@ def test_a_new_rule_goes_last_with_its_responses_in_order_and_blank_fields_absen
     )
     response = admin_client.post("/admin/staticagents/rule/add/", data)
     assert response.status_code == 302, response.context["adminform"].form.errors
-    assert names_in_order()[-1] == "scripted"
-    exported = export_document()["rules"][-1]
+    assert names_in_order() == ["greet", "rnaseq", "scripted", "catch-all", "page-help"]
+    exported = export_document()["rules"][2]
     assert exported == {
         "name": "scripted",
         "match": {"agent_type": "router"},
@@ -584,11 +584,12 @@ def test_uploading_a_fixture_replaces_the_rules(admin_client: Client, rules: Non
     ]
 
 
-def test_uploading_with_merge_updates_by_name_and_appends(
+def test_uploading_with_merge_updates_by_name_and_places_new_rules_as_the_file_does(
     admin_client: Client, rules: None
 ) -> None:
     assert upload(admin_client, NEW_RULES, mode="merge").status_code == 302
-    assert names_in_order() == ["greet", "rnaseq", "catch-all", "page-help", "brand-new"]
+    # brand-new follows greet in the file, so it follows greet here too
+    assert names_in_order() == ["greet", "brand-new", "rnaseq", "catch-all", "page-help"]
     assert export_document()["rules"][0] == {
         "name": "greet",
         "match": {"query": "(?i)hey"},

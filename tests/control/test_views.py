@@ -182,7 +182,8 @@ def test_an_unnamed_rule_is_named_as_an_import_would_name_it(control: httpx.Clie
 
 def test_reorder_puts_the_named_rules_first(control: httpx.Client, live_url: str) -> None:
     for name in ("a", "b", "c"):
-        control.post("/rules", json={"name": name, "response": {"content": name}})
+        placed = control.post("/rules?place=end", json={"name": name, "response": {"content": name}})
+        assert placed.status_code == 201
     assert ask(live_url, "anything").json()["response"]["content"] == "a"
     reordered = control.post("/rules/reorder", json=["c", "b"])
     assert reordered.json() == {"rules": ["c", "b", "a"]}
@@ -213,7 +214,13 @@ def test_fixture_exports_yaml_by_default_and_json_on_request(control: httpx.Clie
 def test_fixture_put_replaces_and_post_merges(control: httpx.Client) -> None:
     control.post("/rules", json=GREETING)
     replaced = control.put("/fixture", content=yaml.safe_dump({"rules": [SCRIPT]}))
-    assert replaced.json() == {"created": 1, "updated": 0, "deleted": 1, "dry_run": False}
+    assert replaced.json() == {
+        "created": 1,
+        "updated": 0,
+        "deleted": 1,
+        "dry_run": False,
+        "warnings": [],
+    }
     assert rule_names(control) == ["script"]
     merged = control.post("/fixture", content=json.dumps({"rules": [GREETING]}))
     assert merged.json()["created"] == 1
