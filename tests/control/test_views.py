@@ -182,8 +182,8 @@ def test_an_unnamed_rule_is_named_as_an_import_would_name_it(control: httpx.Clie
 
 def test_reorder_puts_the_named_rules_first(control: httpx.Client, live_url: str) -> None:
     for name in ("a", "b", "c"):
-        placed = control.post("/rules?place=end", json={"name": name, "response": {"content": name}})
-        assert placed.status_code == 201
+        rule = {"name": name, "response": {"content": name}}
+        assert control.post("/rules?place=end", json=rule).status_code == 201
     assert ask(live_url, "anything").json()["response"]["content"] == "a"
     reordered = control.post("/rules/reorder", json=["c", "b"])
     assert reordered.json() == {"rules": ["c", "b", "a"]}
