@@ -114,17 +114,17 @@ def change_form_data(client: Client, url: str) -> dict[str, str]:
 # -- the list -----------------------------------------------------------------
 
 
-def test_rules_are_listed_in_their_order_with_type_query_preview_and_enabled(
+def test_rules_are_listed_in_their_order_with_what_they_match_preview_and_status(
     admin_client: Client, rules: None
 ) -> None:
     assert listed(admin_client) == ["greet", "rnaseq", "catch-all", "page-help"]
     html = admin_client.get(CHANGELIST).content.decode()
-    assert '<td class="field-query">(?i)hello</td>' in html
-    assert '<td class="field-agent_type">any</td>' in html  # catch-all serves every type
+    assert '<td class="field-matches">agent_type=router · query /(?i)hello/</td>' in html
+    assert '<td class="field-matches">everything</td>' in html  # catch-all
     assert "Galaxy has several RNA-seq tools. Lorem ipsum" in html
     assert "Lorem ipsum " * 20 not in html  # the preview is cut short
     assert "first step" in html and "second step" not in html  # the first response only
-    assert 'alt="False"' in html  # page-help is disabled
+    assert '<span class="rule-disabled">disabled</span>' in html  # page-help is disabled
 
 
 def test_rule_list_filters_by_agent_type_and_enabled(admin_client: Client, rules: None) -> None:
