@@ -361,7 +361,7 @@ class RuleListPage:
         answered = self.answers.get(rule.name)
         return date_format(localtime(answered[1]), "M j, H:i") if answered else None
 
-    @admin.display(description="status")
+    @admin.display(description="status", empty_value="")
     def status(self, rule: Rule) -> SafeString:
         shadow = self.shadows.get(rule.name)
         parts = []
