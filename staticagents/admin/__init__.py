@@ -356,7 +356,7 @@ class RuleListPage:
     def answered(self, rule: Rule) -> int:
         return self.answers.get(rule.name, (0, None))[0]
 
-    @admin.display(description="last answered", empty_value="never")
+    @admin.display(description="last", empty_value="never")
     def last_answered(self, rule: Rule) -> str | None:
         answered = self.answers.get(rule.name)
         return date_format(localtime(answered[1]), "M j, H:i") if answered else None
