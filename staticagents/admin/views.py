@@ -101,12 +101,12 @@ def _import_upload(
     dry_run = form.cleaned_data["dry_run"]
     result = import_fixture(document=form.cleaned_data["fixture"], merge=merge, dry_run=dry_run)
     mode = "merge" if merge else "replace"
-    for warning in result.warnings:
-        messages.warning(request, f"{form.source_name}: {warning}.")
     if dry_run:
         messages.info(
             request, f"Dry run of {form.source_name} ({mode}): {result.summary()}. Nothing changed."
         )
-        return HttpResponseRedirect(request.path)
-    messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
-    return HttpResponseRedirect(changelist_url(model_admin, request))
+    else:
+        messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
+    for warning in result.warnings:
+        messages.warning(request, f"{form.source_name}: {warning}.")
+    return HttpResponseRedirect(request.path if dry_run else changelist_url(model_admin, request))
