@@ -1,7 +1,7 @@
 """Run every benchmark and print one table per area, as ratios measured side by side.
 
     python -m bench.run [--seconds 10] [--rounds 2]
-                        [--only replies,streams,matching,fixtures,replace]
+                        [--only replies,surfaces,streams,matching,fixtures,replace]
                         [--baseline ../earlier-checkout]
 
 Nothing here asserts a time: the figures are for reading, and the ratios (ours
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import matching, replies, stream_drift
+from bench import matching, replies, stream_drift, surfaces
 from bench.servers import ROOT
 
 
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=2, help="turns of the head-to-head reply servers"
     )
-    parser.add_argument("--only", default="replies,streams,matching,fixtures,replace")
+    parser.add_argument("--only", default="replies,surfaces,streams,matching,fixtures,replace")
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -64,6 +64,12 @@ def main() -> None:
             f"{args.connections} connections, {args.seconds} s each, "
             f"best of {args.rounds} alternating runs)",
             lambda: replies.run(args.seconds, args.connections, args.rounds, args.baseline),
+        ),
+        "surfaces": (
+            "Every reply surface against POST /v1/chat/completions, on one server in one run "
+            f"(wrk, 2 threads, {args.connections} connections, {args.seconds} s each; the "
+            "WebSocket: as many clients, each asking once its last reply is done)",
+            lambda: surfaces.run(args.seconds, args.connections),
         ),
         "streams": (
             "Streams: SSE streams of 50 words, 10 ms apart: 1,000 at once; and 40 beside a "

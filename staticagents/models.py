@@ -374,10 +374,16 @@ class ChatMessage(models.Model):
 class ControlToken(models.Model):
     """The control API's bearer token when STATIC_AGENTS_CONTROL_TOKEN is unset (one row).
 
-    Only a SHA-256 digest is stored: ``serve`` prints the token once, when it creates it.
+    Only a SHA-256 digest is stored: ``serve`` (or ``token --rotate``) prints the token
+    once, when it creates it. ``hint`` keeps its first ``HINT_LENGTH`` characters, so
+    ``static-agents token`` can say which token is current: the other 37 characters
+    (222 random bits) stay unguessable.
     """
 
+    HINT_LENGTH = 6
+
     digest = models.CharField(max_length=64)
+    hint = models.CharField(max_length=HINT_LENGTH, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -7,9 +7,12 @@ The compiled snapshot of the rules that replies are answered from is
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from django.db import connection, transaction
 from django.db.models import Count, Max, QuerySet, Value
 from django.db.models.functions import StrIndex
 
@@ -23,15 +26,46 @@ from staticagents.models import (
 )
 
 
+@contextmanager
+def one_snapshot() -> Iterator[None]:
+    """Reads inside see the database as it was at one moment, whatever commits meanwhile.
+
+    The rules and their responses are two queries: read apart, an import
+    committing between them shows every rule with ``"response": {}``. SQLite
+    (in WAL mode) reads one snapshot per transaction; PostgreSQL needs
+    REPEATABLE READ for it (its default gives each statement its own). Inside
+    an enclosing transaction the snapshot is that transaction's.
+    """
+    if connection.in_atomic_block:
+        yield
+    elif connection.vendor == "sqlite":
+        # Not atomic(): the settings make its transactions IMMEDIATE, which would take
+        # the write lock and hold every reply's counter update for the whole read.
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+    else:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield
+
+
 def stored_document() -> dict[str, Any]:
     """The rules, defaults and fallback in fixture form (what ``export_fixture`` writes)."""
-    rules = Rule.objects.prefetch_related("responses").order_by("position", "id")
-    defaults = Defaults.objects.filter(pk=1).first()
-    fallback = Fallback.objects.first()
-    document: dict[str, Any] = {"version": 1}
-    document["defaults"] = {"confidence": "medium", **(defaults.document() if defaults else {})}
-    document["rules"] = [rule.document() for rule in rules]
-    document["fallback"] = fallback.document() if fallback else None
+    with one_snapshot():
+        rules = Rule.objects.prefetch_related("responses").order_by("position", "id")
+        defaults = Defaults.objects.filter(pk=1).first()
+        fallback = Fallback.objects.first()
+        document: dict[str, Any] = {"version": 1}
+        document["defaults"] = {"confidence": "medium", **(defaults.document() if defaults else {})}
+        document["rules"] = [rule.document() for rule in rules]
+        document["fallback"] = fallback.document() if fallback else None
     return document
 
 
@@ -52,6 +86,13 @@ def rule_answers() -> dict[str, tuple[int, datetime]]:
         .order_by()
     )
     return {row["rule"]: (row["n"], row["last"]) for row in rows}
+
+
+def stored_rule(name: str) -> dict[str, Any] | None:
+    """The rule called ``name`` in fixture form, read in one snapshot; None when there is none."""
+    with one_snapshot():
+        rule = Rule.objects.filter(name=name).prefetch_related("responses").first()
+        return rule.document() if rule is not None else None
 
 
 def export_document() -> dict[str, Any]:
@@ -120,6 +161,11 @@ def journal_counters(*, session: str | None = None) -> dict[str, Any]:
         "cut_off": outcomes["cut_off"],
         "outcomes": dict(sorted(outcomes.items())),
     }
+
+
+def stored_control_token() -> ControlToken | None:
+    """The token ``serve`` created (its digest, hint and date), if it created one."""
+    return ControlToken.objects.order_by("id").first()
 
 
 def stored_control_token_digest() -> str | None:

@@ -106,11 +106,16 @@ def import_fixture(
 
 
 def _replace(document: dict[str, Any]) -> ImportResult:
-    deleted = _delete_rules(Rule.objects.all())
+    """Every rule is rewritten; the summary counts them by name, as a merge would."""
+    before = set(Rule.objects.order_by().values_list("name", flat=True))
+    after = {rule["name"] for rule in document["rules"]}
+    _delete_rules(Rule.objects.all())
     _create_rules(document["rules"], start=0)
     _set_defaults(document["defaults"])
     _set_fallback(document["fallback"])
-    return ImportResult(created=len(document["rules"]), updated=0, deleted=deleted)
+    return ImportResult(
+        created=len(after - before), updated=len(after & before), deleted=len(before - after)
+    )
 
 
 def _merge(document: dict[str, Any]) -> ImportResult:
@@ -261,7 +266,7 @@ def create_rule(*, document: dict[str, Any], place: str = "auto") -> Rule:
         rule = Rule.objects.get(name=document["name"])
         _insert_at(rule, index)
         _bump_version()
-        return rule
+        return _with_responses(document["name"])
 
 
 def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
@@ -273,7 +278,13 @@ def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
             raise _duplicate_name(document["name"])
         _update_rule(rule, document)
         _bump_version()
-        return rule
+        return _with_responses(document["name"])
+
+
+def _with_responses(name: str) -> Rule:
+    """The rule read back with its responses inside the transaction that wrote them, so its
+    ``document()`` cannot meet another writer's changes."""
+    return Rule.objects.prefetch_related("responses").get(name=name)
 
 
 def save_rule(
@@ -481,6 +492,18 @@ def ensure_control_token(configured: str) -> str | None:
     with transaction.atomic():
         if ControlToken.objects.exists():
             return None
-        token = secrets.token_urlsafe(32)
-        ControlToken.objects.create(digest=ControlToken.digest_of(token))
-        return token
+        return _store_new_control_token()
+
+
+def rotate_control_token() -> str:
+    """Replace the stored control token with a new one, and return it (it is shown only now)."""
+    with transaction.atomic():
+        ControlToken.objects.all().delete()
+        return _store_new_control_token()
+
+
+def _store_new_control_token() -> str:
+    token = secrets.token_urlsafe(32)
+    hint = token[: ControlToken.HINT_LENGTH]
+    ControlToken.objects.create(digest=ControlToken.digest_of(token), hint=hint)
+    return token

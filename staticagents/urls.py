@@ -3,12 +3,14 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
+from staticagents.control.metrics import metrics_view
 from staticagents.serving import fallback
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("staticagents.dialects.galaxy.urls")),
     path("control/", include("staticagents.control.urls")),
+    path("metrics", metrics_view, name="metrics"),
     # Any other path (the admin keeps its own): a JSON 404 in the shape of its API, DEBUG or not.
     re_path(r"^(?!admin(?:/|$))", fallback.not_found),
 ]

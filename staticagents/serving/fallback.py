@@ -8,7 +8,8 @@ err_code}`` under ``/api/``, the control API's ``{"errors": [...]}`` under
 ``/control/``, Google's ``{"error": {code, message, status}}`` under ``/v1beta/``
 and for a method on a model (``/v1/models/{model}:embedContent``) or a Google
 client under ``/v1/``, the OpenAI or Anthropic error under ``/v1/`` (and
-``/agents/{type}/v1/``), FastAPI's ``{"detail": ...}`` on the ADK routes.
+``/agents/{type}/v1/``), FastAPI's ``{"detail": ...}`` on the ADK routes; a
+``/sessions/{key}`` prefix (``serving/sessions.py``) changes nothing of that.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from staticagents.replying.journal import journal
 
 log = logging.getLogger(__name__)
 
+_SESSION_PREFIX = re.compile(r"^/sessions/[^/]+(?=/)")  # serving/sessions.py
 _AGENT_PREFIX = re.compile(r"^/agents/[^/]+(?=/)")
 _ADK = re.compile(r"^/(?:run|run_sse|list-apps|apps)(?:/|$)")
 _GEMINI = re.compile(r"^/(?:v1beta(?:/|$)|v1/models/[^/]+:)")
@@ -57,6 +59,7 @@ _CONTROL_CODES = {
 
 def api_of(path: str, headers: Mapping[str, str]) -> str:
     """Which API a path belongs to: galaxy, control, gemini, openai, anthropic, adk or admin."""
+    path = _SESSION_PREFIX.sub("", path, count=1)
     if path.startswith("/api/") or path == "/api":
         return "galaxy"
     if path.startswith("/control/") or path == "/control":
@@ -125,7 +128,7 @@ def unknown_route_entry(
     api = dialect or api_of(path, headers)
     if api in ("control", "admin"):
         return None
-    prefix = _AGENT_PREFIX.match(path)
+    prefix = _AGENT_PREFIX.match(_SESSION_PREFIX.sub("", path, count=1))
     agent_type = unquote(prefix.group(0).removeprefix("/agents/")) if prefix else ""
     return dict(
         dialect=api,
@@ -169,4 +172,4 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 def _is_admin(request: HttpRequest) -> bool:
     """The admin is a site of HTML pages: its errors stay Django's pages."""
-    return request.path.startswith("/admin/")
+    return request.path_info.startswith("/admin/")

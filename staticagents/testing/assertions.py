@@ -4,7 +4,7 @@ Each helper takes the recorded requests (or a client, whose session's requests
 it reads) and fails with an ``AssertionError`` naming the request ("request 2
 of 3: openai /v1/chat/completions ...") and the place in its body
 (``messages[1].content``). A check over no requests at all fails too: an empty
-journal usually means the agent did not send the session header, and a check
+journal usually means the agent missed the test's session, and a check
 of nothing must not pass.
 
 The body shapes understood are those of the dialects the service speaks:
@@ -280,8 +280,8 @@ def _recorded(requests: Requests, check: str) -> list[RecordedRequest]:
         where = ""
     if not recorded:
         raise AssertionError(
-            f"{check}: no requests to check{where}. Did the agent send the session header "
-            "(X-Static-Session, the client's .headers) to the service's URL?"
+            f"{check}: no requests to check{where}. Did the agent use the session's base "
+            "URL (the client's .openai_base_url, ...) or send X-Static-Session (.headers)?"
         )
     return recorded
 

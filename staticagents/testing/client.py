@@ -1,14 +1,14 @@
 """A typed Python client for the control API (``/control/``), for tests of agent code.
 
-A client holds one *session*: a random key that the agent under test sends as
-the ``X-Static-Session`` header (``client.headers``, for an SDK's
-``default_headers``). The session keeps the test's scripted sequences,
+A client holds one *session*: a random key that the agent under test sends in
+its URL (``client.openai_base_url`` and the other base URLs start with
+``/sessions/{key}``), or as the ``X-Static-Session`` header (``client.headers``,
+for an SDK's ``default_headers``). The session keeps the test's scripted sequences,
 fail-first counts and journal apart from every other test's::
 
     client = StaticAgentsClient("http://127.0.0.1:8000", token="...")
     client.replies(tool_call("lookup", {"topic": "weather"}), "It is sunny.")
-    agent = OpenAI(base_url=client.openai_base_url, api_key="any",
-                   default_headers=client.headers)
+    agent = OpenAI(base_url=client.openai_base_url, api_key="any")
     ...  # run the agent
     sent = client.requests()          # what the agent sent, oldest first, bodies parsed
 
@@ -475,7 +475,7 @@ class StaticAgentsClient:
 
     @property
     def session(self) -> str:
-        """The session key the agent under test must send as ``X-Static-Session``."""
+        """The session key, sent in the base URLs (``/sessions/{key}``) or ``X-Static-Session``."""
         return self._session
 
     @property
@@ -484,20 +484,42 @@ class StaticAgentsClient:
         return {SESSION_HEADER: self._session}
 
     @property
+    def session_url(self) -> str:
+        """The service's URL bound to this session (``/sessions/{key}``): every route below
+        it (model dialects, Galaxy, ADK, the WebSocket) is served in this session, with
+        no header to send. The base URLs below start with it."""
+        return f"{self.base_url}/sessions/{quote(self._session, safe='')}"
+
+    @property
     def openai_base_url(self) -> str:
         """``base_url`` for the OpenAI SDK (and OpenAI-compatible clients)."""
-        return f"{self.base_url}/v1"
+        return f"{self.session_url}/v1"
 
     @property
     def anthropic_base_url(self) -> str:
         """``base_url`` for the Anthropic SDK."""
-        return self.base_url
+        return self.session_url
 
     @property
     def gemini_base_url(self) -> str:
         """``base_url`` for google-genai's ``HttpOptions`` and ADK's ``Gemini`` model (the
         SDK adds ``/v1beta`` or ``/v1`` itself)."""
-        return self.base_url
+        return self.session_url
+
+    @property
+    def galaxy_base_url(self) -> str:
+        """Where a Galaxy client finds the agent API (``/api/ai/agents/query``, ``/api/chat``)."""
+        return self.session_url
+
+    @property
+    def adk_base_url(self) -> str:
+        """Where an ADK API client finds ``/run``, ``/run_sse`` and ``/apps/.../sessions``."""
+        return self.session_url
+
+    @property
+    def websocket_url(self) -> str:
+        """The WebSocket chat's URL (``ws://.../ws/chat/``) in this session."""
+        return f"ws{self.session_url.removeprefix('http')}/ws/chat/"
 
     @property
     def installs(self) -> int:
@@ -505,7 +527,8 @@ class StaticAgentsClient:
         return self._installs
 
     def new_session(self) -> str:
-        """Switch to a new random session key and return it (earlier ``headers`` keep the old)."""
+        """Switch to a new random session key and return it (earlier headers and URLs keep
+        the old one)."""
         self._session = new_session_key()
         return self._session
 

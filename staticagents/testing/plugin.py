@@ -15,11 +15,14 @@ Fixtures:
   relative to the test file, a mapping, or a list of replies), else None.
   Override it in a ``conftest.py`` to give a directory of tests a default.
 * ``openai_base_url``, ``anthropic_base_url``, ``gemini_base_url``,
-  ``static_agents_headers``: what the SDKs need (``base_url``, and headers
-  carrying the session).
+  ``galaxy_base_url``, ``adk_base_url``: base URLs bound to the test's session
+  (``/sessions/{key}/...``), so an SDK needs no header; ``static_agents_headers``:
+  the same session as a header, for a client that builds its own URLs.
 * ``static_agents_server``: the running service (``.url``, ``.token``), once per run.
 
-When a test that used the service fails, its report shows the journal of its session.
+When a test that used the service fails, its report shows the journal of its session,
+and the requests that reached the global session while it ran (a forgotten header, a
+URL built by hand). Under pytest-xdist each worker starts a service of its own.
 """
 
 from __future__ import annotations
@@ -27,21 +30,35 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Generator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from staticagents.testing.client import FixtureSource, StaticAgentsClient
+    from staticagents.testing.client import FixtureSource, RecordedRequest, StaticAgentsClient
     from staticagents.testing.server import StaticAgentsServer
 
 MARKER = "static_agents_fixture"
 CLIENT_KEY = pytest.StashKey["StaticAgentsClient"]()
+STARTED_KEY = pytest.StashKey[datetime]()
 # Whether the service holds rules other than the demo it starts with (set before an
 # install is tried: a failed one may leave the question open).
 CUSTOM_RULES_KEY = pytest.StashKey[bool]()
 JOURNAL_SECTION = "Static Agents journal"
+STRAY_SECTION = "Static Agents: requests in the global session"
+# What puts a stray request of each dialect in the test's session.
+SESSION_BOUND = {
+    "openai": "openai_base_url",
+    "responses": "openai_base_url",
+    "embeddings": "openai_base_url",
+    "anthropic": "anthropic_base_url",
+    "gemini": "gemini_base_url",
+    "galaxy": "galaxy_base_url",
+    "adk": "adk_base_url",
+    "websocket": "static_agents.websocket_url",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -93,6 +110,7 @@ def static_agents(
     from staticagents.testing.server import DEFAULT_FIXTURE
 
     client = static_agents_server.client(session=new_session_key(session_prefix(request)))
+    request.node.stash[STARTED_KEY] = datetime.now(UTC)
     # Every test starts from known rules, so an earlier test's install never leaks in;
     # the demo rules the service starts with are installed again only when changed.
     rules = request.config.stash
@@ -127,13 +145,13 @@ def install_test_fixture(client: StaticAgentsClient, fixture: FixtureSource) -> 
 
 @pytest.fixture
 def openai_base_url(static_agents: StaticAgentsClient) -> str:
-    """``base_url`` for the OpenAI SDK, pointing at the service."""
+    """``base_url`` for the OpenAI SDK, in this test's session (no header needed)."""
     return static_agents.openai_base_url
 
 
 @pytest.fixture
 def anthropic_base_url(static_agents: StaticAgentsClient) -> str:
-    """``base_url`` for the Anthropic SDK, pointing at the service."""
+    """``base_url`` for the Anthropic SDK, in this test's session (no header needed)."""
     return static_agents.anthropic_base_url
 
 
@@ -141,6 +159,18 @@ def anthropic_base_url(static_agents: StaticAgentsClient) -> str:
 def gemini_base_url(static_agents: StaticAgentsClient) -> str:
     """``base_url`` for google-genai (``HttpOptions``) and ADK's ``Gemini`` model."""
     return static_agents.gemini_base_url
+
+
+@pytest.fixture
+def galaxy_base_url(static_agents: StaticAgentsClient) -> str:
+    """The Galaxy agent API's base URL (``.../api/ai/agents/query``), in this test's session."""
+    return static_agents.galaxy_base_url
+
+
+@pytest.fixture
+def adk_base_url(static_agents: StaticAgentsClient) -> str:
+    """The ADK API server's base URL (``.../run``, ``.../run_sse``), in this test's session."""
+    return static_agents.adk_base_url
 
 
 @pytest.fixture
@@ -166,6 +196,9 @@ def pytest_runtest_makereport(
     if client is None or not report.failed or call.when == "teardown":
         return
     report.sections.append((f"{JOURNAL_SECTION} (session {client.session})", journal_text(client)))
+    strays = stray_text(client, item.stash[STARTED_KEY])
+    if strays:
+        report.sections.append((STRAY_SECTION, strays))
 
 
 def journal_text(client: StaticAgentsClient) -> str:
@@ -175,3 +208,37 @@ def journal_text(client: StaticAgentsClient) -> str:
         return format_requests(client.requests())
     except Exception as exc:  # a report must never fail because the service did
         return f"(the journal could not be read: {exc})"
+
+
+def stray_text(client: StaticAgentsClient, started: datetime) -> str:
+    """The requests that reached the global session since the test started, and the fix."""
+    from staticagents.core.inquiry import GLOBAL_SESSION
+
+    try:
+        strays = [
+            entry
+            for entry in client.requests(GLOBAL_SESSION)
+            if entry.created_at is not None and entry.created_at >= started
+        ]
+    except Exception as exc:  # a report must never fail because the service did
+        return f"(the global session could not be read: {exc})"
+    if not strays:
+        return ""
+    lines = [
+        f"{len(strays)} request(s) reached the global session, not this test's session "
+        f"{client.session!r}, so requests() does not list them:"
+    ]
+    lines += [f"  {stray_line(entry)}" for entry in strays]
+    lines.append(
+        f"Send them in the test's session: a base URL under {client.session_url}, "
+        "or the static_agents_headers fixture's X-Static-Session header."
+    )
+    return "\n".join(lines)
+
+
+def stray_line(entry: RecordedRequest) -> str:
+    method = entry.method or ("GET" if entry.dialect == "websocket" else "POST")
+    fixture = SESSION_BOUND.get(entry.dialect, "static_agents.session_url")
+    if entry.dialect == "embeddings" and ":" in entry.route:  # Gemini's embedding methods
+        fixture = "gemini_base_url"
+    return f"{method} {entry.route} ({entry.dialect}): use {fixture}"

@@ -29,7 +29,8 @@ def test_an_sdk_call_to_a_route_the_service_lacks_is_journaled_with_method_and_p
     assert raised.value.code == "unknown_url"  # the 404 body is OpenAI's, as before
 
     [entry] = static_agents.requests(outcome="unknown_route")
-    assert (entry.method, entry.route, entry.status) == ("GET", "/v1/batches", 404)
+    route = f"/sessions/{static_agents.session}/v1/batches"
+    assert (entry.method, entry.route, entry.status) == ("GET", route, 404)
     assert entry.dialect == "openai" and entry.rule is None
     assert entry.headers["authorization"] == "Bearer ***"
     assert API_KEY not in json.dumps(dict(entry.headers))
@@ -45,12 +46,14 @@ def test_the_dialect_is_guessed_from_the_path_and_the_agent_prefix_names_the_age
     httpx.post(f"{base}/v1/messages/batches", headers=headers, json={"requests": []})
     httpx.get(f"{base}/v1beta/cachedContents", headers=headers)
     httpx.delete(f"{base}/agents/coder/v1/files/f1?purpose=x", headers=headers)
+    httpx.get(f"{static_agents.session_url}/agents/tutor/v1/files")
     entries = static_agents.requests(outcome="unknown_route")
     seen = [(e.method, e.route, e.dialect, e.agent_type) for e in entries]
     assert seen == [
         ("POST", "/v1/messages/batches", "anthropic", ""),
         ("GET", "/v1beta/cachedContents", "gemini", ""),
         ("DELETE", "/agents/coder/v1/files/f1", "openai", "coder"),
+        ("GET", f"/sessions/{static_agents.session}/agents/tutor/v1/files", "openai", "tutor"),
     ]
     assert entries[0].body == {"requests": []}
 

@@ -95,7 +95,7 @@ def test_replies_script_a_tool_loop_and_requests_show_what_the_agent_sent(
     assert first.id < second.id
     assert (first.dialect, first.route, first.rule, first.outcome) == (
         "openai",
-        "/v1/chat/completions",
+        f"/sessions/{client.session}/v1/chat/completions",  # the route the SDK used
         "replies",
         "answered",
     )
@@ -165,8 +165,8 @@ def test_install_takes_a_path_a_mapping_or_a_list_of_replies(
     path = tmp_path / "rules.yml"
     path.write_text("rules:\n  - name: from-yaml\n    response: {content: yaml}\n")
     assert client.install(path).created == 1
-    replaced = client.install(str(path))  # replacing: the old rules go, the new ones come
-    assert (replaced.created, replaced.updated, replaced.deleted) == (1, 0, 1)
+    replaced = client.install(str(path))  # the same rules again: counted as they are
+    assert (replaced.created, replaced.updated, replaced.deleted) == (0, 1, 0)
     assert [r["name"] for r in client.export_fixture()["rules"]] == ["from-yaml"]
 
     mapping = {"rules": [{"name": "from-mapping", "response": {"content": "json"}}]}
@@ -217,12 +217,12 @@ def test_a_rejected_fixture_names_every_error_and_changes_nothing(
     errors = {e.path: e for e in rejected.value.errors}
     assert set(errors) == {"rules[0].match.querry", "rules[0].response.confidence"}
     assert (errors["rules[0].match.querry"].message, errors["rules[0].match.querry"].line) == (
-        "unknown key",
+        "unknown key (did you mean 'query'?)",
         4,
     )
     message = str(rejected.value)
     assert message.startswith(f"fixture {path} was rejected (HTTP 400); no rule was changed:")
-    assert "  rules[0].match.querry: unknown key (line 4)" in message
+    assert "  rules[0].match.querry: unknown key (did you mean 'query'?) (line 4)" in message
     assert [r["name"] for r in client.export_fixture()["rules"]] == ["replies"]
 
 
@@ -358,7 +358,8 @@ def test_assert_no_credentials_names_the_request_the_place_and_masks_the_secret(
         assert_no_credentials(client, secrets=["hunter2"])
     message = str(caught.value)
     assert message.splitlines()[0] == "credentials found in request bodies:"
-    label = "request 2 of 2 (openai /v1/chat/completions -> rule 'replies', answered 200)"
+    route = f"/sessions/{client.session}/v1/chat/completions"
+    label = f"request 2 of 2 (openai {route} -> rule 'replies', answered 200)"
     assert f"{label}: messages[1].content: secret #1 given to the check ('hunt…'" in message
     assert "messages[1].content: an OpenAI API key 'sk-p…' (56 characters)" in message
     assert "messages[0].content: a password in a URL" in message

@@ -18,6 +18,7 @@ SOURCE_ROOT = Path(staticagents.__file__).resolve().parents[1]
 
 AGENT_TESTS = """
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -66,17 +67,36 @@ def test_the_next_test_gets_the_demo_rules_and_a_new_session(
 
 
 def test_the_anthropic_sdk_finds_the_service(
-    static_agents, anthropic_base_url, static_agents_headers, static_agents_server
+    static_agents, anthropic_base_url, static_agents_server
 ):
-    assert anthropic_base_url == static_agents.base_url == static_agents_server.url
-    agent = anthropic.Anthropic(
-        base_url=anthropic_base_url, api_key="x", default_headers=static_agents_headers
-    )
+    assert anthropic_base_url == f"{static_agents_server.url}/sessions/{static_agents.session}"
+    agent = anthropic.Anthropic(base_url=anthropic_base_url, api_key="x")
     answer = agent.messages.create(
         model="m", max_tokens=50, messages=[{"role": "user", "content": "ping"}]
     )
     assert answer.content[0].text == "ping"
     assert static_agents.requests()[0].dialect == "anthropic"
+
+
+def test_the_base_urls_bind_the_session_with_no_header(
+    static_agents, openai_base_url, galaxy_base_url, adk_base_url
+):
+    agent = openai.OpenAI(base_url=openai_base_url, api_key="x", max_retries=0)
+    agent.chat.completions.create(model="m", messages=[{"role": "user", "content": "o"}])
+    httpx.post(f"{galaxy_base_url}/api/ai/agents/query", json={"query": "g"})
+    message = {"role": "user", "parts": [{"text": "a"}]}
+    run = {"appName": "router", "userId": "u", "sessionId": "s", "newMessage": message}
+    httpx.post(f"{adk_base_url}/run", json=run)
+    assert [(r.dialect, r.query) for r in static_agents.requests()] == [
+        ("openai", "o"), ("galaxy", "g"), ("adk", "a")
+    ]
+
+
+def test_a_request_without_the_session_is_pointed_out(static_agents, static_agents_server):
+    agent = openai.OpenAI(base_url=f"{static_agents_server.url}/v1", api_key="x")
+    agent.chat.completions.create(model="m", messages=[{"role": "user", "content": "lost"}])
+    httpx.post(f"{static_agents_server.url}/api/ai/agents/query", json={"query": "lost too"})
+    assert static_agents.requests(), "the agent's requests are not in the test's session"
 
 
 def test_a_failing_agent_test_shows_its_journal(
@@ -124,16 +144,23 @@ def test_agent_tests_get_the_service_their_fixture_and_a_session_of_their_own(
 
     result = run(inner_pytest)
 
-    result.assert_outcomes(passed=4, failed=1, errors=2)
+    result.assert_outcomes(passed=5, failed=2, errors=2)
     output = result.stdout.str()
     # The failing test's report carries its session's journal, and only that.
-    assert output.count("Static Agents journal") == 1
+    assert output.count("Static Agents journal") == 2
     journal = output.split("Static Agents journal (session test_a_failing_agent_test_shows")[1]
     journal = journal.split("short test summary")[0]
-    assert "#1 openai /v1/chat/completions -> rule 'echo', answered 200" in journal
+    assert "/v1/chat/completions -> rule 'echo', answered 200" in journal
     assert "query: 'remember this question'" in journal
     assert '"content": "remember this question"' in journal
     assert "echo me" not in journal
+    # Requests that missed the test's session are pointed out, in that test's report only.
+    assert output.count("Static Agents: requests in the global session") == 1
+    strays = output.split("Static Agents: requests in the global session")[1]
+    strays = strays.split("test_a_failing_agent_test_shows_its_journal")[0]
+    assert "2 request(s) reached the global session, not this test's session" in strays
+    assert "POST /v1/chat/completions (openai): use openai_base_url" in strays
+    assert "POST /api/ai/agents/query (galaxy): use galaxy_base_url" in strays
     # Fixtures the service refuses are setup errors naming the problem.
     assert "the test's Static Agents fixture was not installed:" in output
     assert "rules[0].match.querry: unknown key" in output
@@ -155,3 +182,67 @@ def test_the_plugin_does_nothing_unless_a_test_uses_it(inner_pytest: pytest.Pyte
     result = run(inner_pytest, "--setup-show")
     result.assert_outcomes(passed=1)
     assert "static_agents" not in result.stdout.str().replace("static_agents_fixture", "")
+
+
+PARALLEL_TESTS = """
+import os
+
+import openai
+import pytest
+
+from staticagents.testing.client import tool_call
+
+
+def ask(base_url, question):
+    agent = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": question}]
+    return agent.chat.completions.create(model="m", messages=messages).choices[0].message
+
+
+def note_the_service(static_agents_server, name):
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    with open(os.path.join(os.environ["SERVICES_SEEN"], name), "w") as seen:
+        seen.write(f"{worker} {static_agents_server.url}")
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_a_script_of_its_own(static_agents, static_agents_server, openai_base_url, n):
+    note_the_service(static_agents_server, f"script-{n}")
+    static_agents.replies(f"first {n}", tool_call("lookup", id=f"call_{n}"))
+    assert ask(openai_base_url, "q").content == f"first {n}"
+    assert ask(openai_base_url, "q").tool_calls[0].id == f"call_{n}"
+    assert [r.query for r in static_agents.requests()] == ["q", "q"]
+
+
+@pytest.mark.parametrize("n", range(4))
+@pytest.mark.static_agents_fixture({"rules": [{"name": "fixed", "response": {"content": "F"}}]})
+def test_rules_of_its_own(static_agents, static_agents_server, openai_base_url, n):
+    note_the_service(static_agents_server, f"rules-{n}")
+    assert ask(openai_base_url, f"r{n}").content == "F"
+    [request] = static_agents.requests()
+    assert (request.query, request.rule) == (f"r{n}", "fixed")
+
+
+def test_a_failure_shows_its_journal_and_its_strays(static_agents, static_agents_server):
+    ask(f"{static_agents_server.url}/v1", "stray")
+    assert static_agents.requests()
+"""
+
+
+def test_the_plugin_runs_under_xdist_with_a_service_per_worker(
+    inner_pytest: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = inner_pytest.mkdir("services-seen")
+    monkeypatch.setenv("SERVICES_SEEN", str(seen))
+    inner_pytest.makepyfile(test_parallel=PARALLEL_TESTS)
+
+    result = run(inner_pytest, "-p", "xdist.plugin", "-n", "2")
+
+    result.assert_outcomes(passed=10, failed=1)
+    services = {path.read_text() for path in seen.iterdir()}
+    workers = {service.split()[0] for service in services}
+    urls = {service.split()[1] for service in services}
+    assert workers == {"gw0", "gw1"} and len(urls) == 2  # one service each, used throughout
+    output = result.stdout.str()
+    assert "Static Agents journal (session test_a_failure_shows_its_journal" in output
+    assert "POST /v1/chat/completions (openai): use openai_base_url" in output

@@ -39,7 +39,7 @@ from staticagents.replying.answer import Answer, aanswer_inquiry
 from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.fallback import unknown_route_entry
-from staticagents.serving.stream import Faulted, send_paced
+from staticagents.serving.stream import Faulted, paced, send_paced
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             message, session=session, turn=turn, headers=self.handshake_headers
         )
         body = text if text is not None else (data or b"").decode("utf-8", "replace")
-        answer: Answer = await aanswer_inquiry(inquiry, route=ROUTE, body=body)
+        answer: Answer = await aanswer_inquiry(inquiry, route=self.scope["path"], body=body)
         self.entry_id = answer.entry_id
         events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
         await self.stream(events, message.request_id, answer.reply.fault)
@@ -144,6 +144,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             entry_id=self.entry_id,
             fault=fault,
             error_frame=fault_frame,
+            paced=paced(events),
         )
         if isinstance(stopped, Faulted):
             if stopped.kind == "disconnect":

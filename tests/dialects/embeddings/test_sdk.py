@@ -240,7 +240,7 @@ def test_each_request_is_journaled_once_with_its_texts_and_rules(
     [entry] = static_agents.requests()
     assert (entry.dialect, entry.route, entry.outcome) == (
         "embeddings",
-        "/v1/embeddings",
+        f"/sessions/{static_agents.session}/v1/embeddings",
         "answered",
     )
     assert entry.query == "plain\nmoney back?\n#pinned\nplain"
@@ -309,7 +309,8 @@ def test_genai_is_answered_under_either_api_version(
     result = client.models.embed_content(model="gemini-embedding-001", contents="v", config=config)
     assert result.embeddings is not None and len(result.embeddings[0].values or []) == 8
     [entry] = static_agents.requests()
-    assert entry.route == f"/{api_version}/models/gemini-embedding-001:batchEmbedContents"
+    route = f"/{api_version}/models/gemini-embedding-001:batchEmbedContents"
+    assert entry.route == f"/sessions/{static_agents.session}{route}"
     assert entry.headers["x-goog-api-key"] == "***"
     assert_no_credentials([entry], secrets=[GOOGLE_KEY])
 

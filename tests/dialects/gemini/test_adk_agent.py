@@ -100,7 +100,8 @@ async def test_an_adk_agent_runs_its_tool_and_answers_from_the_script(
     sent = static_agents.requests()
     assert [entry.rule for entry in sent] == ["ask-for-the-tool", "report"]
     method = "streamGenerateContent" if streaming else "generateContent"
-    assert {entry.route for entry in sent} == {f"/v1beta/models/gemini-2.5-flash:{method}"}
+    route = f"/sessions/{static_agents.session}/v1beta/models/gemini-2.5-flash:{method}"
+    assert {entry.route for entry in sent} == {route}
     assert_tool_result_sent(sent, "call_weather", contains="21C and sunny")
     assert_system_prompt(sent, contains="You are a weather assistant.", every=True)
     assert sent[0].body["tools"][0]["functionDeclarations"][0]["name"] == "get_weather"

@@ -123,7 +123,7 @@ def test_generate_content_returns_the_scripted_answer(
     assert response.response_id == f"static{entry.id}"  # the id names the journal entry
     assert (entry.dialect, entry.route, entry.model, entry.query, entry.rule) == (
         "gemini",
-        f"/{api_version}/models/gemini-2.5-flash:generateContent",
+        f"/sessions/{static_agents.session}/{api_version}/models/gemini-2.5-flash:generateContent",
         "gemini-2.5-flash",
         "hello there",
         "echo",

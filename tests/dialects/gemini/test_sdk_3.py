@@ -75,5 +75,6 @@ def test_google_genai_3_speaks_v1_and_is_answered_alike(
     assert seen["tokens"] == 3
     assert seen["models"] == ["models/static-agents"]
     assert seen["error"] == [429, "RESOURCE_EXHAUSTED"]
-    routes = {entry.route.split("/")[1] for entry in static_agents.requests()}
+    prefix = f"/sessions/{static_agents.session}"
+    routes = {entry.route.removeprefix(prefix).split("/")[1] for entry in static_agents.requests()}
     assert routes == {"v1"}

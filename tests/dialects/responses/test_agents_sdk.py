@@ -74,7 +74,8 @@ def weather_agent(asked: list[str], model: Any = "gpt-5") -> Agent[Any]:
 
 def assert_the_tool_round_trip(static_agents: StaticAgentsClient) -> None:
     sent = static_agents.requests()
-    assert [(r.dialect, r.route) for r in sent] == [("responses", "/v1/responses")] * 2
+    route = f"/sessions/{static_agents.session}/v1/responses"
+    assert [(r.dialect, r.route) for r in sent] == [("responses", route)] * 2
     assert_tool_result_sent(sent, "call_weather", contains="Paris: sunny, 21C")
     assert_system_prompt(sent, equals=INSTRUCTIONS, every=True)
 

@@ -382,7 +382,7 @@ def test_the_journal_records_the_request_with_the_key_masked(
     [entry] = static_agents.requests()
     assert (entry.dialect, entry.route, entry.session, entry.query, entry.rule) == (
         "responses",
-        "/v1/responses",
+        f"/sessions/{static_agents.session}/v1/responses",
         static_agents.session,
         "remember me",
         "echo",
