@@ -12,6 +12,7 @@ from django.forms.fields import InvalidJSONInput
 
 from staticagents.document.files import load_fixture
 from staticagents.document.schema import DocumentInvalid
+from staticagents.models import Rule
 
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 COMPACT_JSON_WIDTH = 60
@@ -40,6 +41,33 @@ class OptionalJSONField(forms.JSONField):
         if len(compact) <= COMPACT_JSON_WIDTH:
             return compact
         return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
+
+
+AUTO_PLACE = ("auto", "Before the first rule that would shadow it (else last)")
+
+
+def place_choices() -> list[tuple[str, str]]:
+    """Where a new rule may go: automatically, first, last, or before any rule."""
+    names = Rule.objects.order_by("position", "id").values_list("name", flat=True)
+    return [
+        AUTO_PLACE,
+        ("top", "At the top"),
+        ("end", "At the end"),
+        *((f"before:{name}", f"Before {name}") for name in names),
+    ]
+
+
+class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A rule; a new one also says where it goes among the others (the admin names the
+    model and its fields)."""
+
+    place = forms.ChoiceField(
+        choices=[AUTO_PLACE],
+        required=False,
+        initial="auto",
+        help_text="A rule placed after one that matches every question it matches never "
+        "answers; the first choice avoids that.",
+    )
 
 
 class RuleResponseFormSet(forms.BaseInlineFormSet):  # type: ignore[type-arg]

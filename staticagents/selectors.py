@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, QuerySet, Value
+from django.db.models import Count, Max, QuerySet, Value
 from django.db.models.functions import StrIndex
 
+from staticagents.core.reach import Shadow, shadowed_rules
 from staticagents.models import (
     ControlToken,
     Defaults,
@@ -93,6 +95,25 @@ def session_script(session: str) -> dict[str, Any] | None:
     """The session's script as a rule document, or None."""
     script = SessionScript.objects.filter(session=session).first()
     return script.document() if script is not None else None
+
+
+def rule_shadows() -> dict[str, Shadow]:
+    """The stored rules that never answer, by name: an earlier enabled rule shadows each."""
+    rules = Rule.objects.order_by("position", "id")
+    return shadowed_rules(
+        [{"name": r.name, "enabled": r.enabled, "match": r.match_document()} for r in rules]
+    )
+
+
+def rule_answers() -> dict[str, tuple[int, datetime]]:
+    """How many journal entries each rule answered, and when it last did (one query)."""
+    rows = (
+        JournalEntry.objects.exclude(rule=None)
+        .values("rule")
+        .annotate(n=Count("id"), last=Max("created_at"))
+        .order_by()
+    )
+    return {row["rule"]: (row["n"], row["last"]) for row in rows}
 
 
 def stored_rule(name: str) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from django.db import transaction
 from django.db.models import F, Max, QuerySet
 
+from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
 from staticagents.models import (
     ControlToken,
@@ -28,6 +29,7 @@ from staticagents.models import (
     SessionCounter,
     SessionScript,
 )
+from staticagents.selectors import rule_shadows
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class ImportResult:
     deleted: int
     dry_run: bool = False
     unchanged: int = 0  # replacing: rules the document holds as they were (not rewritten)
+    warnings: tuple[str, ...] = ()  # rules of the resulting ruleset that never answer
 
     def summary(self) -> str:
         verb = "would import" if self.dry_run else "imported"
@@ -52,6 +55,10 @@ class DryRunRollback(Exception):
 
 
 MOVES = ("top", "up", "down", "bottom")
+PLACES_HELP = (
+    "'auto' (before the first rule that would shadow it, else last), 'top', 'end' "
+    "or 'before:<rule name>'"
+)
 Ordered = TypeVar("Ordered", Rule, RuleResponse)
 
 
@@ -89,12 +96,16 @@ def import_fixture(
     try:
         with transaction.atomic():
             result, changed = (_merge if merge else _replace)(document)
+            # A replaced ruleset is the document: no need to read it back.
+            shadows = rule_shadows() if merge else shadowed_rules(document["rules"])
+            warnings = tuple(shadow.message() for shadow in shadows.values())
+            result = replace(result, warnings=warnings, dry_run=dry_run)
             if changed:  # a replace by the very rules stored changes nothing
                 _bump_version()
             if dry_run:
                 raise DryRunRollback
     except DryRunRollback:
-        return replace(result, dry_run=True)
+        pass  # the counts and warnings of what would have been
     return result
 
 
@@ -158,15 +169,50 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
         rule.name: rule for rule in Rule.objects.filter(name__in=[r["name"] for r in rules])
     }
     fresh = [r for r in rules if r["name"] not in existing]
+    before = list(Rule.objects.order_by("position", "id"))
     for doc in rules:
         if doc["name"] in existing:
             _update_rule(existing[doc["name"]], doc)
     _create_rules(fresh, start=_next_position())
+    if fresh and before:
+        order = merged_order(
+            [rule.name for rule in before], [r["name"] for r in rules], _first_catch_all(before)
+        )
+        by_name = {rule.name: rule for rule in _rules_in_order()}
+        _put_in_order([by_name[name] for name in order])
     if document["defaults"]:
         _set_defaults(document["defaults"])
     if document["fallback"] is not None:
         _set_fallback(document["fallback"])
     return ImportResult(created=len(fresh), updated=len(existing), deleted=0), True
+
+
+def merged_order(existing: list[str], fixture: list[str], fallback: int) -> list[str]:
+    """The order after a merge: each new rule follows the existing rule it follows in the
+    fixture; new rules before any of them precede the first existing rule the fixture
+    names; with no existing rule named, they go at index ``fallback`` of the existing ones."""
+    known = set(existing)
+    after: dict[str | None, list[str]] = {}
+    anchor: str | None = None
+    for name in fixture:
+        if name in known:
+            anchor = name
+        else:
+            after.setdefault(anchor, []).append(name)
+    order = [placed for name in existing for placed in (name, *after.get(name, ()))]
+    leading = after.get(None, [])
+    first_known = next((name for name in fixture if name in known), None)
+    at = order.index(first_known) if first_known is not None else fallback
+    order[at:at] = leading
+    return order
+
+
+def _first_catch_all(rules: list[Rule]) -> int:
+    """The index of the first enabled rule that matches on nothing but (maybe) an agent type."""
+    for i, rule in enumerate(rules):
+        if rule.enabled and not set(rule.match_document()) - {"agent_type"}:
+            return i
+    return len(rules)
 
 
 def _create_rules(docs: list[dict[str, Any]], *, start: int) -> None:
@@ -259,15 +305,19 @@ def _set_fallback(doc: dict[str, Any] | None) -> None:
 # -- single rules (the control API and the admin) -------------------------------------
 
 
-def create_rule(*, document: dict[str, Any]) -> Rule:
-    """Append a validated rule document; an unnamed rule is named as an import would name it."""
+def create_rule(*, document: dict[str, Any], place: str = "auto") -> Rule:
+    """Add a validated rule document at ``place`` (``PLACES``); an unnamed rule is named as
+    an import would name it."""
     with transaction.atomic():
         names = list(Rule.objects.values_list("name", flat=True))
         if "name" in document and document["name"] in names:
             raise _duplicate_name(document["name"])
         if "name" not in document:
             name_rules([*({"name": n} for n in names), document])
+        index = _place_index(place, document.get("match") or {})
         _create_rules([document], start=_next_position())
+        rule = Rule.objects.get(name=document["name"])
+        _insert_at(rule, index)
         _bump_version()
         return _with_responses(document["name"])
 
@@ -295,19 +345,24 @@ def save_rule(
     rule: Rule,
     responses: Iterable[RuleResponse] = (),
     removed_responses: Iterable[RuleResponse] = (),
+    place: str = "auto",
 ) -> Rule:
     """Save a rule edited field by field (the admin's change form) with its responses.
 
     The rule and its responses are validated already (the models' ``clean()``).
     ``responses`` are the new and changed ones, ``removed_responses`` the ones to
-    delete. A new rule goes last; the rule's responses are numbered 0..n-1 in
+    delete. A new rule goes to ``place`` (``PLACES``); the rule's responses are numbered 0..n-1 in
     their order (ties: the older one first).
     """
     with transaction.atomic():
+        index = None
         if rule.pk is None:
+            index = _place_index(place, rule.match_document())
             rule.position = _next_position()
         rule.digest = ""  # edited field by field: no document to compare a replace with
         rule.save()
+        if index is not None:
+            _insert_at(rule, index)
         RuleResponse.objects.filter(pk__in=[r.pk for r in removed_responses]).delete()
         for response in responses:
             response.rule = rule
@@ -315,6 +370,31 @@ def save_rule(
         _renumber_responses(rule)
         _bump_version()
     return rule
+
+
+def _place_index(place: str, match: dict[str, Any]) -> int:
+    """Where a new rule goes among the current rules, as an index (see ``PLACES``)."""
+    rules = list(Rule.objects.order_by("position", "id"))
+    if place == "top":
+        return 0
+    if place == "end":
+        return len(rules)
+    if place == "auto":
+        documents = [{"enabled": r.enabled, "match": r.match_document()} for r in rules]
+        shadowing = first_shadowing(documents, match)
+        return len(rules) if shadowing is None else shadowing
+    name = place.removeprefix("before:")
+    names = [rule.name for rule in rules]
+    if place.startswith("before:") and name in names:
+        return names.index(name)
+    problem = f"no rule named {name!r}" if place.startswith("before:") else "unknown place"
+    raise DocumentInvalid([FieldError("place", f"{problem}: {PLACES_HELP}", "invalid_place")])
+
+
+def _insert_at(rule: Rule, index: int) -> None:
+    rules = [r for r in _rules_in_order() if r.pk != rule.pk]
+    rules.insert(index, rule)
+    _put_in_order(rules)
 
 
 def _renumber_responses(rule: Rule) -> None:

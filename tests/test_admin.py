@@ -114,17 +114,17 @@ def change_form_data(client: Client, url: str) -> dict[str, str]:
 # -- the list -----------------------------------------------------------------
 
 
-def test_rules_are_listed_in_their_order_with_type_query_preview_and_enabled(
+def test_rules_are_listed_in_their_order_with_what_they_match_preview_and_status(
     admin_client: Client, rules: None
 ) -> None:
     assert listed(admin_client) == ["greet", "rnaseq", "catch-all", "page-help"]
     html = admin_client.get(CHANGELIST).content.decode()
-    assert '<td class="field-query">(?i)hello</td>' in html
-    assert '<td class="field-agent_type">any</td>' in html  # catch-all serves every type
+    assert '<td class="field-matches">agent_type=router · query /(?i)hello/</td>' in html
+    assert '<td class="field-matches">everything</td>' in html  # catch-all
     assert "Galaxy has several RNA-seq tools. Lorem ipsum" in html
     assert "Lorem ipsum " * 20 not in html  # the preview is cut short
     assert "first step" in html and "second step" not in html  # the first response only
-    assert 'alt="False"' in html  # page-help is disabled
+    assert '<span class="rule-disabled">disabled</span>' in html  # page-help is disabled
 
 
 def test_rule_list_filters_by_agent_type_and_enabled(admin_client: Client, rules: None) -> None:
@@ -323,7 +323,7 @@ def test_deleting_a_rules_last_response_is_refused(admin_client: Client, rules: 
     assert RuleResponse.objects.filter(rule__name="greet").count() == 1
 
 
-def test_a_new_rule_goes_last_with_its_responses_in_order_and_blank_fields_absent(
+def test_a_new_rule_goes_before_the_catch_all_with_its_responses_in_order_and_blanks_absent(
     admin_client: Client, rules: None
 ) -> None:
     before = version()
@@ -342,8 +342,8 @@ def test_a_new_rule_goes_last_with_its_responses_in_order_and_blank_fields_absen
     )
     response = admin_client.post("/admin/staticagents/rule/add/", data)
     assert response.status_code == 302, response.context["adminform"].form.errors
-    assert names_in_order()[-1] == "scripted"
-    exported = export_document()["rules"][-1]
+    assert names_in_order() == ["greet", "rnaseq", "scripted", "catch-all", "page-help"]
+    exported = export_document()["rules"][2]
     assert exported == {
         "name": "scripted",
         "match": {"agent_type": "router"},
@@ -600,11 +600,12 @@ def test_uploading_a_fixture_replaces_the_rules(admin_client: Client, rules: Non
     ]
 
 
-def test_uploading_with_merge_updates_by_name_and_appends(
+def test_uploading_with_merge_updates_by_name_and_places_new_rules_as_the_file_does(
     admin_client: Client, rules: None
 ) -> None:
     assert upload(admin_client, NEW_RULES, mode="merge").status_code == 302
-    assert names_in_order() == ["greet", "rnaseq", "catch-all", "page-help", "brand-new"]
+    # brand-new follows greet in the file, so it follows greet here too
+    assert names_in_order() == ["greet", "brand-new", "rnaseq", "catch-all", "page-help"]
     assert export_document()["rules"][0] == {
         "name": "greet",
         "match": {"query": "(?i)hey"},

@@ -170,14 +170,16 @@ def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(as_curator: B
         upload(
             page,
             "more.yml",
-            "rules:\n  - name: thanks\n    response: {content: Welcome}\n",
+            "rules:\n  - name: thanks\n    match: {query: thank}\n"
+            "    response: {content: Welcome}\n",
             mode="merge",
         )
         assert page.url.endswith("/admin/staticagents/rule/")
         assert messages(page) == [
             "Uploaded more.yml (merge): imported: 1 rule(s) created, 0 updated, 0 deleted."
         ]
-        assert listed_names(page) == ["greet", "farewell", "catch-all", "thanks"]
+        # a new rule goes before the catch-all, where it can answer
+        assert listed_names(page) == ["greet", "farewell", "thanks", "catch-all"]
 
     as_curator(steps)
     assert Rule.objects.get(name="thanks").responses.get().content == "Welcome"

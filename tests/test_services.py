@@ -240,10 +240,13 @@ def test_deleting_rules_closes_the_gap_and_forgets_their_counters(rules: None) -
     assert not RuleResponse.objects.filter(rule__name="greet").exists()
 
 
-def test_a_rule_saved_with_its_responses_goes_last_with_them_numbered(rules: None) -> None:
+def test_a_rule_saved_with_its_responses_goes_before_the_catch_all_with_them_numbered(
+    rules: None,
+) -> None:
     add_rule_as_the_admin_does()
     added = Rule.objects.get(name="added")
-    assert added.position == 3
+    assert added.position == 2
+    assert Rule.objects.get(name="catch-all").position == 3
     assert [(r.position, r.content) for r in added.responses.all()] == [(0, "one"), (1, "two")]
     edit_script_in_place()
     script = Rule.objects.get(name="script")

@@ -7,23 +7,36 @@ service (``staticagents.services``), which bumps the ruleset version once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db import models
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html_join
+from django.utils.dateformat import format as date_format
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.timezone import localtime
 
 from staticagents.admin import trying
 from staticagents.admin import views as admin_views
-from staticagents.forms import GrowingTextarea, OptionalJSONField, RuleResponseFormSet
+from staticagents.admin.summaries import match_summary, response_summary
+from staticagents.core.reach import Shadow
+from staticagents.forms import (
+    GrowingTextarea,
+    OptionalJSONField,
+    RuleForm,
+    RuleResponseFormSet,
+    place_choices,
+)
 from staticagents.models import Defaults, Fallback, Rule, RuleResponse
+from staticagents.selectors import rule_answers, rule_shadows
 from staticagents.services import (
     delete_rules,
     save_rule,
@@ -109,6 +122,7 @@ class RuleResponseInline(ResponseInlineBase):
 @admin.register(Rule)
 class RuleAdmin(RuleAdminBase):
     inlines = [RuleResponseInline]
+    form = RuleForm
     list_display_links = ["name"]
     list_filter = [("match_agent_type", admin.AllValuesFieldListFilter), "enabled"]
     search_fields = [
@@ -149,41 +163,53 @@ class RuleAdmin(RuleAdminBase):
         ("Sequence", {"fields": ["on_exhausted"]}),
     ]
 
+    def get_fieldsets(self, request: HttpRequest, obj: Rule | None = None) -> _FieldsetSpec:
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is None:
+            fieldsets.append(("Place", {"fields": ["place"]}))
+        return fieldsets
+
+    def get_form(
+        self, request: HttpRequest, obj: Rule | None = None, change: bool = False, **kwargs: Any
+    ) -> type[ModelForm[Rule]]:
+        form = super().get_form(request, obj, change, **kwargs)
+        form.base_fields["place"].choices = place_choices()  # type: ignore[attr-defined]
+        return form
+
     def get_list_display(self, request: HttpRequest) -> list[Any]:
+        page = RuleListPage()
         return [
             self.move_buttons(request),
             "place",
             "name",
-            "agent_type",
-            "query",
+            "matches",
+            "replies",
             "content_preview",
-            "enabled",
+            page.answered,
+            page.last_answered,
+            page.status,
         ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Rule]:
-        first_content = (
-            RuleResponse.objects.filter(rule=OuterRef("pk"))
-            .order_by("position", "id")
-            .values("content")[:1]
-        )
-        return super().get_queryset(request).annotate(first_content=Subquery(first_content))
+        # The list summarizes every rule's responses: read them in one query, not one per row.
+        return super().get_queryset(request).prefetch_related("responses")
 
     @admin.display(description="#")
     def place(self, rule: Rule) -> int:
         return rule.position + 1
 
-    @admin.display(description="agent type", empty_value="any")
-    def agent_type(self, rule: Rule) -> str | None:
-        return rule.match_agent_type
+    @admin.display(description="matches")
+    def matches(self, rule: Rule) -> str:
+        return match_summary(rule.match_document())
 
-    @admin.display(description="query")
-    def query(self, rule: Rule) -> str | None:
-        return rule.match_query
+    @admin.display(description="replies with")
+    def replies(self, rule: Rule) -> SafeString:
+        return response_summary([response.document() for response in rule.responses.all()])
 
     @admin.display(description="content")
     def content_preview(self, rule: Rule) -> str | None:
-        content: str | None = getattr(rule, "first_content", None)
-        return truncatechars(content, PREVIEW_LENGTH) if content else None
+        first = next(iter(rule.responses.all()), None)
+        return truncatechars(first.content, PREVIEW_LENGTH) if first and first.content else None
 
     def move_buttons(self, request: HttpRequest) -> Callable[[Rule], SafeString]:
         """A list column of move buttons; they post the list's form (and its CSRF token)."""
@@ -284,7 +310,13 @@ class RuleAdmin(RuleAdminBase):
         for formset in formsets:  # the responses inline, unless the user may not see it
             saved += formset.save(commit=False)  # builds the rows, and lists the deleted ones
             removed += formset.deleted_objects
-        save_rule(rule=form.instance, responses=saved, removed_responses=removed)
+        place = "auto" if change else form.cleaned_data.get("place") or "auto"
+        rule = save_rule(
+            rule=form.instance, responses=saved, removed_responses=removed, place=place
+        )
+        shadow = rule_shadows().get(rule.name)
+        if shadow is not None:
+            messages.warning(request, f"{shadow.message()}.")
 
     def delete_model(self, request: HttpRequest, obj: Rule) -> None:
         delete_rules(names=[obj.name])  # its responses and session counters go too
@@ -307,6 +339,43 @@ class RuleAdmin(RuleAdminBase):
         count = set_rules_enabled(names=names, enabled=enabled)
         state = "enabled" if enabled else "disabled"
         self.message_user(request, f"{count} rule(s) {state}.", messages.SUCCESS)
+
+
+class RuleListPage:
+    """Columns read from the whole ruleset and the journal: each read once per page shown."""
+
+    @functools.cached_property
+    def shadows(self) -> dict[str, Shadow]:
+        return rule_shadows()
+
+    @functools.cached_property
+    def answers(self) -> dict[str, tuple[int, datetime]]:
+        return rule_answers()
+
+    @admin.display(description="answered")
+    def answered(self, rule: Rule) -> int:
+        return self.answers.get(rule.name, (0, None))[0]
+
+    @admin.display(description="last", empty_value="never")
+    def last_answered(self, rule: Rule) -> str | None:
+        answered = self.answers.get(rule.name)
+        return date_format(localtime(answered[1]), "M j, H:i") if answered else None
+
+    @admin.display(description="status", empty_value="")
+    def status(self, rule: Rule) -> SafeString:
+        shadow = self.shadows.get(rule.name)
+        parts = []
+        if shadow is not None:
+            parts.append(
+                format_html(
+                    '<span class="rule-shadowed" title="{}">shadowed by {}</span>',
+                    shadow.message(),
+                    shadow.by,
+                )
+            )
+        if not rule.enabled:
+            parts.append(format_html('<span class="rule-disabled">{}</span>', "disabled"))
+        return format_html_join(" ", "{}", ((part,) for part in parts))
 
 
 def first_and_last_rule() -> tuple[int | None, int | None]:

@@ -105,6 +105,8 @@ def _import_upload(
         messages.info(
             request, f"Dry run of {form.source_name} ({mode}): {result.summary()}. Nothing changed."
         )
-        return HttpResponseRedirect(request.path)
-    messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
-    return HttpResponseRedirect(changelist_url(model_admin, request))
+    else:
+        messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
+    for warning in result.warnings:
+        messages.warning(request, f"{form.source_name}: {warning}.")
+    return HttpResponseRedirect(request.path if dry_run else changelist_url(model_admin, request))

@@ -57,6 +57,7 @@ IMPORT_RESULT = obj(
         "deleted": INTEGER,
         "unchanged": INTEGER,
         "dry_run": BOOLEAN,
+        "warnings": array(STRING),
     }
 )
 FIXTURE_BODY = {
@@ -82,7 +83,19 @@ CONTROL = "staticagents.control.views."
 describe(
     CONTROL + "RulesView",
     get=control_operation(RULES),
-    post=control_operation(OBJECT, 201, request={"application/json": RULE_REF}),
+    post=control_operation(
+        OBJECT,
+        201,
+        request={"application/json": RULE_REF},
+        parameters=[
+            OpenApiParameter(
+                "place",
+                str,
+                description="auto (default: before the first rule that would shadow it, else "
+                "last), top, end, or before:<rule name>",
+            )
+        ],
+    ),
 )
 describe(
     CONTROL + "RuleView",

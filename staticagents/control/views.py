@@ -213,7 +213,8 @@ def patched_rule(current: dict[str, Any], patch: Any) -> Any:
 
 
 class RulesView(ControlView):
-    """``GET`` the rules in order; ``POST`` one rule to append it."""
+    """``GET`` the rules in order; ``POST`` one rule to add it at ``?place=`` (``auto``: before
+    the first rule that would shadow it, else last; ``top``; ``end``; ``before:<name>``)."""
 
     needs = {"GET": ("view_rule",), "POST": ("add_rule",)}
 
@@ -221,7 +222,9 @@ class RulesView(ControlView):
         return Response({"rules": stored_document()["rules"]})
 
     def post(self, request: Request) -> Response:
-        rule = create_rule(document=rule_document(request.data))
+        reject_unknown_params(request, {"place"})
+        place = request.query_params.get("place") or "auto"
+        rule = create_rule(document=rule_document(request.data), place=place)
         headers = {"Location": f"{request.path.rstrip('/')}/{rule.name}"}
         return Response(rule.document(), status=201, headers=headers)
 

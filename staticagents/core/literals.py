@@ -38,6 +38,16 @@ def required_literal(pattern: str) -> Gate | None:
     return Gate(best.lower() if folded else best, folded)
 
 
+def literal_runs(pattern: str) -> tuple[tuple[str, ...], bool] | None:
+    """Every run of literal text that each match of ``pattern`` contains, and whether the
+    pattern ignores case (then the runs are as written, not folded); None: not a regex."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    return tuple(_runs(parsed.data)), bool(parsed.state.flags & re.IGNORECASE)
+
+
 def _runs(items: Any) -> Any:
     """Runs of consecutive literal characters in a sequence every match goes through."""
     run: list[str] = []

@@ -401,7 +401,9 @@ def test_reimporting_a_fixture_counts_its_rules_as_they_are(
 
 
 @pytest.mark.django_db
-def test_merge_upserts_by_name_and_appends_new_rules(tmp_path: Path) -> None:
+def test_merge_upserts_by_name_and_places_new_rules_after_their_predecessor(
+    tmp_path: Path,
+) -> None:
     call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     merge = """
 rules:
@@ -413,7 +415,7 @@ rules:
 """
     call_command("import_fixture", write(tmp_path, merge), "--merge")
     names = list(Rule.objects.values_list("name", flat=True))
-    assert len(names) == 9 and names[1] == "router-2" and names[-1] == "brand-new"
+    assert len(names) == 9 and names[1] == "router-2" and names[2] == "brand-new"
     updated = Rule.objects.get(name="router-2")
     assert updated.match_query == "(?i)chip.?seq"
     assert updated.responses.get().content == "ChIP-seq it is."

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from staticagents.core.reach import shadowed_rules
 from staticagents.management.commands._fixture_io import read_fixture
 
 
@@ -17,4 +18,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         document = read_fixture(options["path"])
-        self.stdout.write(f"{options['path']}: valid, {len(document['rules'])} rule(s)")
+        path = options["path"]
+        self.stdout.write(f"{path}: valid, {len(document['rules'])} rule(s)")
+        for shadow in shadowed_rules(document["rules"]).values():
+            self.stderr.write(self.style.WARNING(f"{path}: warning: {shadow.message()}"))

@@ -30,3 +30,5 @@ class Command(BaseCommand):
             document=document, merge=options["merge"], dry_run=options["dry_run"]
         )
         self.stdout.write(f"{options['path']}: {result.summary()}")
+        for warning in result.warnings:
+            self.stderr.write(self.style.WARNING(f"{options['path']}: warning: {warning}"))
