@@ -331,6 +331,22 @@ def move_rule(*, name: str, direction: str) -> int:
     return place
 
 
+def move_rule_before(*, name: str, before: str) -> int:
+    """Put the rule called ``name`` just before the rule called ``before``; return its index."""
+    with transaction.atomic():
+        _rule_named(name)
+        _rule_named(before)
+        rules = list(_rules_in_order())
+        moved = rules.pop([rule.name for rule in rules].index(name))
+        place = [rule.name for rule in rules].index(before)
+        rules.insert(place, moved)
+        changed = _renumbered(rules)
+        if changed:
+            Rule.objects.bulk_update(changed, ["position"], batch_size=500)
+            _bump_version()
+    return place
+
+
 def _rules_in_order() -> QuerySet[Rule]:
     return (
         Rule.objects.select_for_update().only("id", "name", "position").order_by("position", "id")

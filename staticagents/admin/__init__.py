@@ -20,12 +20,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from staticagents.admin import trying
+from staticagents.admin import journal, trying
 from staticagents.admin import views as admin_views
 from staticagents.forms import GrowingTextarea, OptionalJSONField, RuleResponseFormSet
 from staticagents.models import Defaults, Fallback, Rule, RuleResponse
 from staticagents.services import (
     delete_rules,
+    move_rule_before,
     save_rule,
     set_defaults,
     set_fallback,
@@ -34,7 +35,8 @@ from staticagents.services import (
 
 admin.site.site_header = "Static Agents"
 admin.site.site_title = "Static Agents"
-admin.site.index_title = "Rules, defaults and fallback"
+admin.site.index_title = "Rules, defaults, fallback and journal"
+admin.site.site_url = "/"  # "View site": the front door
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldsetSpec
@@ -279,12 +281,21 @@ class RuleAdmin(RuleAdminBase):
         change: bool,
     ) -> None:
         """Save the rule and its responses in one service call (one version bump)."""
+        before = None if change else journal.rule_to_precede(request)  # read before the save
         saved: list[RuleResponse] = []
         removed: list[RuleResponse] = []
         for formset in formsets:  # the responses inline, unless the user may not see it
             saved += formset.save(commit=False)  # builds the rows, and lists the deleted ones
             removed += formset.deleted_objects
         save_rule(rule=form.instance, responses=saved, removed_responses=removed)
+        if before is not None:
+            place = move_rule_before(name=form.instance.name, before=before)
+            self.message_user(
+                request,
+                f"“{form.instance.name}” is rule #{place + 1}, before “{before}”, "
+                "so it answers that request.",
+                messages.INFO,
+            )
 
     def delete_model(self, request: HttpRequest, obj: Rule) -> None:
         delete_rules(names=[obj.name])  # its responses and session counters go too
