@@ -52,7 +52,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         return entries[:COUNT_CAP].count()
 
 
-ENTRY_FIELDS: list[str] = [
+ENTRY_FIELDS: tuple[str, ...] = () = [
     "created_at",
     "outcome_label",
     "dialect",
@@ -150,7 +150,8 @@ class JournalEntryAdmin(JournalAdminBase):
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) over the whole journal for "n of N"
     paginator = CappedPaginator
-    fields = readonly_fields = ENTRY_FIELDS
+    fields = ENTRY_FIELDS
+    readonly_fields = ENTRY_FIELDS
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
