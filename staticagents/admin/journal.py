@@ -52,7 +52,7 @@ class CappedPaginator(Paginator):  # type: ignore[type-arg]
         return entries[:COUNT_CAP].count()
 
 
-ENTRY_FIELDS: tuple[str, ...] = () = [
+ENTRY_FIELDS: tuple[str, ...] = (
     "created_at",
     "outcome_label",
     "dialect",
@@ -69,7 +69,7 @@ ENTRY_FIELDS: tuple[str, ...] = () = [
     "request_headers",
     "diagnosis_table",
     "create_rule",
-]
+)
 
 
 class OutcomeFilter(admin.SimpleListFilter):
