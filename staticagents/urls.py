@@ -2,11 +2,17 @@
 
 from django.contrib import admin
 from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularSwaggerView
 
+from staticagents import front
 from staticagents.serving import fallback
 
 urlpatterns = [
+    path("", front.front_door, name="front-door"),
+    re_path(r"^health/?$", front.health, name="health"),
     path("admin/", admin.site.urls),
+    # Swagger UI from drf-spectacular-sidecar's copy: served here, nothing from a CDN.
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="api-docs"),
     path("api/", include("staticagents.dialects.galaxy.urls")),
     path("control/", include("staticagents.control.urls")),
     # Any other path (the admin keeps its own): a JSON 404 in the shape of its API, DEBUG or not.

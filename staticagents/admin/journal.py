@@ -271,12 +271,17 @@ def new_rule_url(entry: JournalEntry) -> str:
     values: dict[str, str | int] = {
         "name": f"from-journal-{entry.pk}",
         "match_agent_type": entry.agent_type,
-        "match_query": f"^{re.escape(entry.query)}$",
+        "match_query": anchored_literal(entry.query),
         FROM_ENTRY: entry.pk,
     }
     if dialect_mattered(entry):
         values["match_dialect"] = entry.dialect
     return f"{reverse('admin:staticagents_rule_add')}?{urlencode(values)}"
+
+
+def anchored_literal(text: str) -> str:
+    # re.escape escapes spaces too (for verbose patterns); the rule's regex is not one.
+    return "^" + re.escape(text).replace("\\ ", " ") + "$"
 
 
 def dialect_mattered(entry: JournalEntry) -> bool:
