@@ -63,12 +63,12 @@ ENTRY_FIELDS: tuple[str, ...] = (
     "model",
     "query_text",
     "answered_by",
+    "create_rule",
     "status",
     "duration_ms",
     "request_body",
     "request_headers",
     "diagnosis_table",
-    "create_rule",
 )
 
 
@@ -134,7 +134,6 @@ class JournalEntryAdmin(JournalAdminBase):
         "query_preview",
         "rule",
         "session",
-        "status",
     ]
     list_display_links = ["created_at"]
     list_filter = [
@@ -149,6 +148,7 @@ class JournalEntryAdmin(JournalAdminBase):
     sortable_by = ()
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) over the whole journal for "n of N"
+    show_facets = admin.ShowFacets.NEVER  # nor one per filter choice
     paginator = CappedPaginator
     fields = ENTRY_FIELDS
     readonly_fields = ENTRY_FIELDS
@@ -227,7 +227,7 @@ class JournalEntryAdmin(JournalAdminBase):
             rows,
         )
 
-    @admin.display(description="")
+    @admin.display(description="a rule for it")
     def create_rule(self, entry: JournalEntry) -> SafeString:
         return format_html(
             '<a href="{}" class="button create-rule">Create rule from this request</a>',
