@@ -210,3 +210,15 @@ def test_a_user_without_view_permission_cannot_read_the_journal(
     User.objects.create_user("clerk", password="pw", is_staff=True)
     client.login(username="clerk", password="pw")
     assert client.get(JOURNAL).status_code == 403
+
+
+def test_a_request_to_an_unknown_route_offers_no_rule(admin_client: Client) -> None:
+    entry = JournalEntry.objects.create(
+        dialect="openai",
+        route="/v1/nowhere",
+        session="global",
+        agent_type="",
+        outcome="unknown_route",
+    )
+    page = admin_client.get(f"{JOURNAL}{entry.pk}/change/").content.decode()
+    assert "unknown_route" in page and "create-rule" not in page

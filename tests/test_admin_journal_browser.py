@@ -14,7 +14,7 @@ from staticagents.document.files import load_fixture
 from staticagents.models import Rule
 from staticagents.services import import_fixture
 from tests.test_admin_browser import BrowserThread
-from tests.test_admin_browser import chromium as chromium  # noqa: F401 (the browser fixture)
+from tests.test_admin_browser import chromium as chromium  # the browser, as a fixture
 
 RULES = """
 rules:

@@ -40,6 +40,7 @@ BODY_PARSERS: dict[str, Callable[[Mapping[str, Any]], Conversation]] = {
     "anthropic": parse_messages_request,
 }
 FROM_ENTRY = "from_entry"  # the add-rule form's parameter naming the entry it was made from
+NEVER_MATCHED = ("unknown_route", "rejected")  # no rule was asked: none can be made to answer
 COUNT_CAP = 10_000  # the list counts (and pages through) at most this many entries
 
 
@@ -228,7 +229,9 @@ class JournalEntryAdmin(JournalAdminBase):
         )
 
     @admin.display(description="a rule for it")
-    def create_rule(self, entry: JournalEntry) -> SafeString:
+    def create_rule(self, entry: JournalEntry) -> SafeString | str:
+        if entry.outcome in NEVER_MATCHED:
+            return "-"
         return format_html(
             '<a href="{}" class="button create-rule">Create rule from this request</a>',
             new_rule_url(entry),
