@@ -12,12 +12,14 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_safe
+from django.views.decorators.csrf import csrf_exempt
 
 from staticagents.models import RulesetState
 from staticagents.replying.snapshot import active_ruleset
+from staticagents.serving import fallback
 
 DISTRIBUTION = "static-agents"
+READS = ("GET", "HEAD")
 
 
 def service_version() -> str:
@@ -38,11 +40,15 @@ def health_status() -> dict[str, Any]:
     }
 
 
-@require_safe
+@csrf_exempt  # nothing is written: a POST gets the JSON 404 of a wrong base URL, not a 403 page
 def front_door(request: HttpRequest) -> HttpResponse:
+    if request.method not in READS:  # an agent posting to a wrong base URL: its API's 404
+        return fallback.not_found(request)
     return render(request, "staticagents/front_door.html", health_status())
 
 
-@require_safe
-def health(request: HttpRequest) -> JsonResponse:
+@csrf_exempt
+def health(request: HttpRequest) -> HttpResponse:
+    if request.method not in READS:
+        return fallback.not_found(request)
     return JsonResponse(health_status())

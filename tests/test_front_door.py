@@ -61,8 +61,11 @@ def test_health_reports_the_rules_loaded_and_the_ruleset_version(
 
 
 @pytest.mark.django_db
-def test_the_front_door_answers_only_reads(client: Client) -> None:
-    assert client.post("/").status_code == 405
+def test_the_front_door_answers_only_reads() -> None:
+    client = Client(enforce_csrf_checks=True)
+    for path in ("/", "/health"):
+        refused = client.post(path, "{}", content_type="application/json")
+        assert refused.status_code == 404 and refused.json()["error"]
     assert client.get("/nowhere").json()["error"]  # other paths: still the JSON 404
 
 
