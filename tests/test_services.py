@@ -39,6 +39,7 @@ from staticagents.services import (
     delete_rules,
     import_fixture,
     move_rule,
+    move_rule_before,
     reorder_rules,
     save_rule,
     set_defaults,
@@ -146,6 +147,7 @@ WRITES: dict[str, Callable[[], object]] = {
     "disable rules": lambda: set_rules_enabled(names=["greet", "script"], enabled=False),
     "reorder rules": lambda: reorder_rules(names=["catch-all", "script"]),
     "move a rule": lambda: move_rule(name="catch-all", direction="top"),
+    "move a rule before another": lambda: move_rule_before(name="catch-all", before="greet"),
     "set the defaults": lambda: set_defaults(document={"confidence": "low"}),
     "remove the defaults": lambda: set_defaults(document=None),
     "set the fallback": lambda: set_fallback(document={"content": "Nothing"}),
@@ -252,6 +254,18 @@ def test_defaults_and_fallback_are_set_and_removed(rules: None) -> None:
     set_defaults(document=None)
     set_fallback(document=None)
     assert not Defaults.objects.exists() and not Fallback.objects.exists()
+
+
+def test_a_rule_moves_just_before_another_up_or_down(rules: None) -> None:
+    assert move_rule_before(name="catch-all", before="script") == 1
+    assert [r.name for r in Rule.objects.all()] == ["greet", "catch-all", "script"]
+    assert move_rule_before(name="greet", before="script") == 1
+    assert [r.name for r in Rule.objects.all()] == ["catch-all", "greet", "script"]
+    before = version()
+    assert move_rule_before(name="catch-all", before="greet") == 0  # already there
+    assert version() == before
+    with pytest.raises(Rule.DoesNotExist):
+        move_rule_before(name="greet", before="nowhere")
 
 
 def test_moving_an_unknown_rule_or_in_an_unknown_direction_is_refused(rules: None) -> None:
