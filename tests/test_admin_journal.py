@@ -222,3 +222,16 @@ def test_a_request_to_an_unknown_route_offers_no_rule(admin_client: Client) -> N
     )
     page = admin_client.get(f"{JOURNAL}{entry.pk}/change/").content.decode()
     assert "unknown_route" in page and "create-rule" not in page
+
+
+def test_a_filter_offers_recent_values_and_takes_any_other_from_the_url(
+    admin_client: Client,
+) -> None:
+    entries = [ask(f"q{i}") for i in range(25)]
+    for i, entry in enumerate(entries):
+        JournalEntry.objects.filter(pk=entry).update(session=f"s-{i:02}")
+    response = admin_client.get(JOURNAL)
+    [sessions] = [f for f in response.context["cl"].filter_specs if f.parameter_name == "session"]
+    offered = [value for value, _ in sessions.lookup_choices]
+    assert len(offered) == 20 and "s-24" in offered and "s-00" not in offered
+    assert listed(admin_client, session="s-00") == [entries[0]]

@@ -96,19 +96,22 @@ class OutcomeFilter(admin.SimpleListFilter):
         return queryset.filter(outcome=value) if value else queryset
 
 
-class TextFilter(admin.SimpleListFilter):
-    """A filter on one column by the exact value given in the URL (``?rule=greet``).
+class RecentValuesFilter(admin.SimpleListFilter):
+    """A filter on one column by an exact value (``?rule=greet``).
 
-    Listing the values would read the whole journal for its distinct values; the
-    values shown are those of the newest entries, and any other can be typed in the URL.
+    Listing every value would read the whole journal; the choices are the first
+    ``SHOWN`` values met in the newest ``SAMPLE`` entries, and any other value
+    can be given in the URL.
     """
 
     field = ""
     SAMPLE = 1000
+    SHOWN = 20
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         newest = JournalEntry.objects.order_by("-id").values_list(self.field, flat=True)
-        values = sorted({v for v in newest[: self.SAMPLE] if v})
+        recent = dict.fromkeys(v for v in newest[: self.SAMPLE] if v)
+        values = sorted(list(recent)[: self.SHOWN])
         chosen = self.value()
         if chosen and chosen not in values:
             values.append(chosen)
@@ -119,10 +122,9 @@ class TextFilter(admin.SimpleListFilter):
         return queryset.filter(**{self.field: value}) if value else queryset
 
 
-def text_filter(name: str, label: str) -> type[TextFilter]:
-    return type(
-        f"{name}_filter", (TextFilter,), {"field": name, "parameter_name": name, "title": label}
-    )
+def recent_values_filter(name: str, label: str) -> type[RecentValuesFilter]:
+    attributes = {"field": name, "parameter_name": name, "title": label}
+    return type(f"{name}_filter", (RecentValuesFilter,), attributes)
 
 
 @admin.register(JournalEntry)
@@ -139,10 +141,10 @@ class JournalEntryAdmin(JournalAdminBase):
     list_display_links = ["created_at"]
     list_filter = [
         OutcomeFilter,
-        text_filter("dialect", "dialect"),
-        text_filter("agent_type", "agent type"),
-        text_filter("rule", "rule"),
-        text_filter("session", "session"),
+        recent_values_filter("dialect", "dialect"),
+        recent_values_filter("agent_type", "agent type"),
+        recent_values_filter("rule", "rule"),
+        recent_values_filter("session", "session"),
     ]
     search_fields = ["query"]
     ordering = ["-id"]
