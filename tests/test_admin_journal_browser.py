@@ -46,10 +46,22 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
     assert ask(live_url) == "Nothing matched."
 
     def steps(page: Page) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
+        seen: dict[str, Any] = {"elsewhere": []}
+        page.on(
+            "request",
+            lambda request: (
+                None if request.url.startswith(live_url) else seen["elsewhere"].append(request.url)
+            ),
+        )
         page.goto("/")
         seen["front"] = page.locator("h1").inner_text()
         page.screenshot(path=str(tmp_path / "front-door.png"), full_page=True)
+        with page.expect_navigation():
+            page.click("#link-docs")
+        page.wait_for_selector(".opblock")  # Swagger UI drew the operations from the schema
+        seen["documented"] = page.locator(".opblock-summary-path").all_inner_texts()
+        page.screenshot(path=str(tmp_path / "api-docs.png"))
+        page.go_back()
         with page.expect_navigation():
             page.click("#link-admin")
         page.fill("#id_username", "curator")
@@ -79,6 +91,10 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
 
     seen = chromium.run(lambda: run_logged_out(chromium, live_url, steps))
     assert seen["front"] == "Static Agents"
+    assert seen["elsewhere"] == []  # no CDN, no validator badge: every asset is the service's
+    assert (
+        "/api/ai/agents/query" in seen["documented"] and "/control/journal/" in seen["documented"]
+    )
     assert seen["listed"] == [QUESTION]
     assert any("weather-for-gemini" in row and "dialect" in row for row in seen["diagnosis"])
     assert seen["prefilled"] == {
@@ -89,7 +105,7 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
     assert any("was added successfully" in text for text in seen["messages"])
     assert Rule.objects.filter(match_query=r"^What is the weather in Paris\?$").exists()
     assert ask(live_url) == "Rain in Paris, for once."
-    for name in ("front-door", "journal-list", "journal-entry"):
+    for name in ("front-door", "api-docs", "journal-list", "journal-entry"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
 
 
