@@ -1,7 +1,7 @@
 """Run every benchmark and print one table per area, as ratios measured side by side.
 
     python -m bench.run [--seconds 10] [--rounds 2]
-                        [--only replies,streams,matching,fixtures,replace]
+                        [--only replies,surfaces,streams,matching,fixtures,replace,kit,startup]
                         [--baseline ../earlier-checkout]
 
 Nothing here asserts a time: the figures are for reading, and the ratios (ours
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import matching, replies, stream_drift
+from bench import kit, matching, replies, stream_drift, surfaces
 from bench.servers import ROOT
 
 
@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=2, help="turns of the head-to-head reply servers"
     )
-    parser.add_argument("--only", default="replies,streams,matching,fixtures,replace")
+    parser.add_argument(
+        "--only", default="replies,surfaces,streams,matching,fixtures,replace,kit,startup"
+    )
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -65,6 +67,12 @@ def main() -> None:
             f"best of {args.rounds} alternating runs)",
             lambda: replies.run(args.seconds, args.connections, args.rounds, args.baseline),
         ),
+        "surfaces": (
+            "Every reply surface against POST /v1/chat/completions, on one server in one run "
+            f"(wrk, 2 threads, {args.connections} connections, {args.seconds} s each; the "
+            "WebSocket: as many clients, each asking once its last reply is done)",
+            lambda: surfaces.run(args.seconds, args.connections),
+        ),
         "streams": (
             "Streams: SSE streams of 50 words, 10 ms apart: 1,000 at once; and 40 beside a "
             "JSON load (wrk, 64 connections) on the same server",
@@ -76,9 +84,20 @@ def main() -> None:
         "matching": ("Matching: the pure matcher, the answering rule last", matching.run),
         "fixtures": ("Fixtures: 10,000 rules", lambda: own_process("bench.fixtures")),
         "replace": (
-            "Replacing rules: 5,000 rules of two responses, into an empty database "
-            "and over 5,000 others (best of 5 rounds)",
+            "Replacing rules: 5,000 rules of two responses, into an empty database, over "
+            "5,000 others, over themselves and with one changed; then the snapshot "
+            "(best of 5 rounds)",
             lambda: own_process("bench.replace_rules"),
+        ),
+        "kit": (
+            "The testing kit: 100 agent tests of each kind under the plugin; a test's kit "
+            "calls (script or rules, one reply, the journal) against one plain reply",
+            lambda: kit.suite_rows(100, ROOT, "this"),
+        ),
+        "startup": (
+            "The testing kit's service: start to first reply, against a bare uvicorn app "
+            "(best of 3, alternating)",
+            lambda: kit.startup_rows(3, [("this", ROOT)]),
         ),
     }
     for name in args.only.split(","):

@@ -121,7 +121,13 @@ class Load:
 
 
 def wrk_command(
-    url: str, body: Path, *, seconds: int, connections: int, threads: int = 2
+    url: str,
+    body: Path,
+    *,
+    seconds: int,
+    connections: int,
+    threads: int = 2,
+    script: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that drive ``url`` with wrk, POSTing ``body``."""
     if shutil.which("wrk") is None:
@@ -133,15 +139,26 @@ def wrk_command(
         f"-d{seconds}s",
         "--latency",
         "-s",
-        str(ROOT / "bench" / "post.lua"),
+        str(script or ROOT / "bench" / "post.lua"),
         url,
     ]
     return command, {**os.environ, "BENCH_BODY_FILE": str(body)}
 
 
-def wrk(url: str, body: Path, *, seconds: int, connections: int, threads: int = 2) -> Load:
-    """Drive ``url`` with wrk, POSTing ``body``; requests/s and latency percentiles."""
-    command, env = wrk_command(url, body, seconds=seconds, connections=connections, threads=threads)
+def wrk(
+    url: str,
+    body: Path,
+    *,
+    seconds: int,
+    connections: int,
+    threads: int = 2,
+    script: Path | None = None,
+) -> Load:
+    """Drive ``url`` with wrk, POSTing ``body`` (through ``script``, else ``post.lua``);
+    requests/s and latency percentiles."""
+    command, env = wrk_command(
+        url, body, seconds=seconds, connections=connections, threads=threads, script=script
+    )
     output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return parse_wrk(output)
 

@@ -1,9 +1,11 @@
-"""``python -m staticagents`` and the ``static-agents`` command: Django's management commands.
+"""``python -m staticagents`` and the ``static-agents`` command: the service's management commands.
 
 An installed wheel has no ``manage.py``; this is its stand-in, so
 ``static-agents serve --port 8000`` or ``python -m staticagents import_fixture rules.yml``
-work from any directory. A setting that cannot be used (``DEBUG=tru``) is reported
-in one line on stderr, and the command exits with status 1.
+work from any directory. ``--help`` (or no command) lists Static Agents' own
+commands and ``--version`` gives its version; every Django command works too
+(``static-agents help --commands`` lists them all). A setting that cannot be used
+(``DEBUG=tru``) is reported in one line on stderr, and the command exits with status 1.
 """
 
 from __future__ import annotations
@@ -11,6 +13,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+# Static Agents' own commands, in the order a new user meets them.
+COMMANDS = ("serve", "token", "import_fixture", "export_fixture", "check_fixture")
+HELP_FLAGS = ("-h", "--help", "help")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -20,10 +27,47 @@ def main(argv: Sequence[str] | None = None) -> None:
     from django.core.management import execute_from_command_line
 
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if "--version" in arguments:
+        print(f"static-agents {service_version()}")
+        return
     try:
+        if not arguments or (len(arguments) == 1 and arguments[0] in HELP_FLAGS):
+            print(overview())
+            return
         execute_from_command_line(["static-agents", *arguments])
     except ImproperlyConfigured as error:
         sys.exit(f"static-agents: {error}")
+
+
+def service_version() -> str:
+    try:
+        return version("static-agents")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def overview() -> str:
+    """What ``static-agents --help`` prints: the commands, each with its own one-line help."""
+    import django
+    from django.core.management import load_command_class
+
+    django.setup()
+    lines = [
+        "usage: static-agents <command> [options]",
+        "",
+        f"Static Agents {service_version()}: a deterministic stand-in for the language model",
+        "behind an AI agent.",
+        "",
+        "Commands:",
+    ]
+    for name in COMMANDS:
+        lines.append(f"  {name:<16} {load_command_class('staticagents', name).help}")
+    lines += [
+        "",
+        "static-agents <command> --help describes a command's options;",
+        "static-agents help --commands lists every command, Django's own included (migrate, ...).",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

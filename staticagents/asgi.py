@@ -1,35 +1,44 @@
 """The service's ASGI application: lean reply routes first, then Channels and Django.
 
-The reply routes of every dialect (model dialects, ADK run, the Galaxy chat
-stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``; the
+The reply routes of every dialect (model dialects, ADK run, Galaxy's agent
+routes, chat and chat stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``; the
 WebSocket goes to its Channels consumer; the Galaxy API, the control API and
-the admin go through Django (DESIGN section 1).
+the admin go through Django (DESIGN section 1), the control API in one thread
+hop a request (``serving.onehop``).
 """
 
+import asyncio
+import contextlib
 import gc
 import os
 from typing import Any
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "staticagents.settings")
-# The admin's CSS and JS come straight from the installed apps (no collectstatic, any DEBUG).
-django_application = ASGIStaticFilesHandler(get_asgi_application())
+django_application = get_asgi_application()
+
+from staticagents.serving.static import StaticFiles  # noqa: E402
+
+django_application = StaticFiles(django_application)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
 from staticagents.dialects.embeddings import routes as embeddings  # noqa: E402
+from staticagents.dialects.galaxy import routes as galaxy  # noqa: E402
 from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
 from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
+from staticagents.serving.onehop import OneHopDjango  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
 from staticagents.serving.sessions import SessionPrefix  # noqa: E402
+from staticagents.serving.shutdown import stop_streams_on_exit_signals  # noqa: E402
+from staticagents.serving.telemetry import Observed  # noqa: E402
 
 # The router tries the reply routes in order: the busiest first.
 reply_routes = [
@@ -41,29 +50,36 @@ reply_routes = [
     *embeddings.http_routes,  # before the other Gemini model routes
     *gemini.http_routes,
     *adk.http_routes,
+    *galaxy.http_routes,  # POST only: the views behind take the other methods
     *galaxy_stream.http_routes,
 ]
+# The control API, which tests drive before and after every agent run, in one thread hop.
+http_application = OneHopDjango("/control/", django_application)  # type: ignore[arg-type]
 websocket_application = URLRouter([*websocket.websocket_routes, websocket.unknown_path_route])
-# A reply route's request goes straight to its handler (which refuses a NUL character in
-# the path or query itself); any other request meets the PathGuard, then Django or Channels.
-# In front of them all, /sessions/{key}/... binds the rest of the path to a session.
-application = SessionPrefix(
-    ReplyRouter(
-        reply_routes,
-        PathGuard(
-            ProtocolTypeRouter(
-                {
-                    "http": RequestGuard(django_application),  # type: ignore[arg-type]
-                    "websocket": websocket_application,
-                }
-            )
-        ),
+# Every request is counted and logged (serving.telemetry); /sessions/{key}/... binds the
+# rest of the path to a session; a reply route's request then goes straight to its handler
+# (which refuses a NUL character in the path or query itself); any other request meets the
+# PathGuard, then Django or Channels.
+application = Observed(
+    SessionPrefix(
+        ReplyRouter(
+            reply_routes,
+            PathGuard(
+                ProtocolTypeRouter(
+                    {
+                        "http": RequestGuard(http_application),
+                        "websocket": websocket_application,
+                    }
+                )
+            ),
+        )
     )
 )
 
 
 def served_application() -> Any:
-    """The ASGI application as ``serve`` runs it, in each worker process: the collector tuned.
+    """The ASGI application as ``serve`` runs it, in each worker process: streams end at once
+    when the service is told to stop (``serving.shutdown``), and the collector is tuned.
 
     Each request allocates thousands of short-lived containers, so with Python's
     default thresholds the cyclic collector ran thousands of times a second (a
@@ -71,6 +87,8 @@ def served_application() -> Any:
     nearly all of them: the collector runs after a million net allocations, and
     what start-up built is frozen out of its way.
     """
+    with contextlib.suppress(RuntimeError):  # called outside a server's loop: no signals
+        stop_streams_on_exit_signals(asyncio.get_running_loop())
     gc.collect()
     gc.freeze()
     gc.set_threshold(1_000_000, 20, 100)

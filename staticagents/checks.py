@@ -16,6 +16,7 @@ Registered by the app config with the tag ``staticagents`` (``check --tag static
 * ``staticagents.E007``: ``STATIC_AGENTS_JOURNAL``, True or False
 * ``staticagents.E008``: ``STATIC_AGENTS_API_KEYS``, a list of non-empty strings
 * ``staticagents.E009``: ``STATIC_AGENTS_CONTROL_TOKEN``, a string
+* ``staticagents.E020``: ``STATIC_AGENTS_METRICS``, ``"token"`` or ``"open"``
 * ``staticagents.W001`` (``serve`` alone): a weak ``SECRET_KEY``, DEBUG off, a reachable host
 """
 
@@ -73,6 +74,10 @@ def is_string(value: object) -> bool:
     return isinstance(value, str)
 
 
+def is_metrics_access(value: object) -> bool:
+    return value in ("token", "open")
+
+
 def is_key_list(value: object) -> bool:
     if not isinstance(value, list | tuple):
         return False
@@ -91,12 +96,13 @@ LIMITS = (
     Limit("E007", "STATIC_AGENTS_JOURNAL", "True or False", is_bool),
     Limit("E008", "STATIC_AGENTS_API_KEYS", "a list of non-empty strings", is_key_list),
     Limit("E009", "STATIC_AGENTS_CONTROL_TOKEN", "a string (empty: serve creates one)", is_string),
+    Limit("E020", "STATIC_AGENTS_METRICS", "'token' or 'open'", is_metrics_access),
 )
 # fmt: on
 
 
 def check_limits(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
-    """Each setting with a type or a range: E001 to E005, E007 to E009."""
+    """Each setting with a type or a range: E001 to E005, E007 to E009, E020."""
     errors: list[CheckMessage] = []
     for code, name, expected, valid in LIMITS:
         value = getattr(settings, name)

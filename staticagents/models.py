@@ -11,6 +11,7 @@ import hashlib
 import uuid
 from typing import Any, ClassVar
 
+import orjson
 from django.core.exceptions import ValidationError
 from django.db import models
 
@@ -144,6 +145,9 @@ class Rule(models.Model):
         help_text="For a sequence of responses",
     )
     updated_at = models.DateTimeField(auto_now=True)
+    # The digest of the document the rule was last written from (blank after an edit
+    # made field by field): a replace by the same document leaves the rule as it is.
+    digest = models.CharField(max_length=40, blank=True, default="", editable=False)
 
     responses: models.Manager[RuleResponse]
 
@@ -166,9 +170,17 @@ class Rule(models.Model):
         match = doc.get("match") or {}
         fields = {f"match_{key}": match[key] for key in MATCH_KEYS if key in match}
         fields.update(
-            name=doc["name"], enabled=doc.get("enabled", True), on_exhausted=doc.get("on_exhausted")
+            name=doc["name"],
+            enabled=doc.get("enabled", True),
+            on_exhausted=doc.get("on_exhausted"),
+            digest=cls.digest_of(doc),
         )
         return fields
+
+    @staticmethod
+    def digest_of(doc: dict[str, Any]) -> str:
+        """The digest of a validated rule document (its responses included)."""
+        return hashlib.sha1(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
     def document(self, responses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The rule in fixture form, keys in a stable order."""
@@ -256,6 +268,9 @@ class RulesetState(models.Model):
 
     version = models.PositiveBigIntegerField(default=0)
     stamp = models.CharField(max_length=32, default="")
+    # Changed by every change to a session's script: the scripts are part of the snapshot,
+    # but a new script rebuilds no rule.
+    scripts_stamp = models.CharField(max_length=32, default="")
     changed_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
@@ -287,6 +302,28 @@ class SessionCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session}/{self.rule}/{self.key}={self.count}"
+
+
+class SessionScript(models.Model):
+    """A session's own script (the testing kit's ``replies()``): it answers that session's
+    requests, in order, before any rule is tried, and goes when the session is reset."""
+
+    RULE_NAME = "replies"  # the name its answers carry in the journal and the counters
+
+    session = models.CharField(max_length=200, unique=True)
+    responses = models.JSONField(help_text="The responses, in the fixture's form")
+    on_exhausted = models.CharField(max_length=20, choices=EXHAUSTED_CHOICES, default="error")
+
+    def __str__(self) -> str:
+        return f"script of {self.session}"
+
+    def document(self) -> dict[str, Any]:
+        """The script as a rule document (no match: every request of the session)."""
+        return {
+            "name": self.RULE_NAME,
+            "responses": list(self.responses),
+            "on_exhausted": self.on_exhausted,
+        }
 
 
 class JournalEntry(models.Model):
@@ -374,10 +411,16 @@ class ChatMessage(models.Model):
 class ControlToken(models.Model):
     """The control API's bearer token when STATIC_AGENTS_CONTROL_TOKEN is unset (one row).
 
-    Only a SHA-256 digest is stored: ``serve`` prints the token once, when it creates it.
+    Only a SHA-256 digest is stored: ``serve`` (or ``token --rotate``) prints the token
+    once, when it creates it. ``hint`` keeps its first ``HINT_LENGTH`` characters, so
+    ``static-agents token`` can say which token is current: the other 37 characters
+    (222 random bits) stay unguessable.
     """
 
+    HINT_LENGTH = 6
+
     digest = models.CharField(max_length=64)
+    hint = models.CharField(max_length=HINT_LENGTH, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -7,8 +7,11 @@ The compiled snapshot of the rules that replies are answered from is
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
+from django.db import connection, transaction
 from django.db.models import Count, QuerySet, Value
 from django.db.models.functions import StrIndex
 
@@ -18,19 +21,85 @@ from staticagents.models import (
     Fallback,
     JournalEntry,
     Rule,
+    SessionScript,
 )
+
+
+@contextmanager
+def one_snapshot() -> Iterator[None]:
+    """Reads inside see the database as it was at one moment, whatever commits meanwhile.
+
+    The rules and their responses are two queries: read apart, an import
+    committing between them shows every rule with ``"response": {}``. SQLite
+    (in WAL mode) reads one snapshot per transaction; PostgreSQL needs
+    REPEATABLE READ for it (its default gives each statement its own). Inside
+    an enclosing transaction the snapshot is that transaction's.
+    """
+    if connection.in_atomic_block:
+        yield
+    elif connection.vendor == "sqlite":
+        # Not atomic(): the settings make its transactions IMMEDIATE, which would take
+        # the write lock and hold every reply's counter update for the whole read.
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+    else:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield
 
 
 def stored_document() -> dict[str, Any]:
     """The rules, defaults and fallback in fixture form (what ``export_fixture`` writes)."""
-    rules = Rule.objects.prefetch_related("responses").order_by("position", "id")
+    with one_snapshot():
+        defaults, fallback = stored_defaults_and_fallback()
+        rules = [rule for _, rule in stored_rules({})]
+    return {"version": 1, "defaults": defaults, "rules": rules, "fallback": fallback}
+
+
+def stored_defaults_and_fallback() -> tuple[dict[str, Any], dict[str, Any] | None]:
     defaults = Defaults.objects.filter(pk=1).first()
     fallback = Fallback.objects.first()
-    document: dict[str, Any] = {"version": 1}
-    document["defaults"] = {"confidence": "medium", **(defaults.document() if defaults else {})}
-    document["rules"] = [rule.document() for rule in rules]
-    document["fallback"] = fallback.document() if fallback else None
-    return document
+    return (
+        {"confidence": "medium", **(defaults.document() if defaults else {})},
+        fallback.document() if fallback else None,
+    )
+
+
+def stored_rules(known: Mapping[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The rules in order, as (digest, document); a rule whose digest is in ``known`` (the
+    documents of digests read before) is not read again."""
+    order = list(Rule.objects.order_by("position", "id").values_list("id", "digest"))
+    missing = [pk for pk, digest in order if not digest or digest not in known]
+    read: dict[int, dict[str, Any]] = {}
+    for start in range(0, len(missing), 500):  # a bounded number of parameters per query
+        rules = Rule.objects.filter(pk__in=missing[start : start + 500])
+        read.update((rule.pk, rule.document()) for rule in rules.prefetch_related("responses"))
+    return [(digest, read[pk] if pk in read else known[digest]) for pk, digest in order]
+
+
+def stored_scripts() -> dict[str, dict[str, Any]]:
+    """Every session's script, as a rule document, by session key."""
+    return {script.session: script.document() for script in SessionScript.objects.order_by("id")}
+
+
+def session_script(session: str) -> dict[str, Any] | None:
+    """The session's script as a rule document, or None."""
+    script = SessionScript.objects.filter(session=session).first()
+    return script.document() if script is not None else None
+
+
+def stored_rule(name: str) -> dict[str, Any] | None:
+    """The rule called ``name`` in fixture form, read in one snapshot; None when there is none."""
+    with one_snapshot():
+        rule = Rule.objects.filter(name=name).prefetch_related("responses").first()
+        return rule.document() if rule is not None else None
 
 
 def export_document() -> dict[str, Any]:
@@ -99,6 +168,11 @@ def journal_counters(*, session: str | None = None) -> dict[str, Any]:
         "cut_off": outcomes["cut_off"],
         "outcomes": dict(sorted(outcomes.items())),
     }
+
+
+def stored_control_token() -> ControlToken | None:
+    """The token ``serve`` created (its digest, hint and date), if it created one."""
+    return ControlToken.objects.order_by("id").first()
 
 
 def stored_control_token_digest() -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from django.db import transaction
@@ -26,6 +26,7 @@ from staticagents.models import (
     RuleResponse,
     RulesetState,
     SessionCounter,
+    SessionScript,
 )
 
 
@@ -35,12 +36,14 @@ class ImportResult:
     updated: int
     deleted: int
     dry_run: bool = False
+    unchanged: int = 0  # replacing: rules the document holds as they were (not rewritten)
 
     def summary(self) -> str:
         verb = "would import" if self.dry_run else "imported"
+        kept = f", {self.unchanged} unchanged" if self.unchanged else ""
         return (
             f"{verb}: {self.created} rule(s) created, {self.updated} updated, "
-            f"{self.deleted} deleted"
+            f"{self.deleted} deleted{kept}"
         )
 
 
@@ -85,24 +88,71 @@ def import_fixture(
     result = ImportResult(0, 0, 0, dry_run)
     try:
         with transaction.atomic():
-            result = (_merge if merge else _replace)(document)
-            _bump_version()
+            result, changed = (_merge if merge else _replace)(document)
+            if changed:  # a replace by the very rules stored changes nothing
+                _bump_version()
             if dry_run:
                 raise DryRunRollback
     except DryRunRollback:
-        return ImportResult(result.created, result.updated, result.deleted, dry_run=True)
+        return replace(result, dry_run=True)
     return result
 
 
-def _replace(document: dict[str, Any]) -> ImportResult:
-    deleted = _delete_rules(Rule.objects.all())
-    _create_rules(document["rules"], start=0)
-    _set_defaults(document["defaults"])
-    _set_fallback(document["fallback"])
-    return ImportResult(created=len(document["rules"]), updated=0, deleted=deleted)
+def _replace(document: dict[str, Any]) -> tuple[ImportResult, bool]:
+    """Make the stored rules exactly the document's, rewriting only the rules whose
+    document differs (``Rule.digest``), so the snapshot recompiles only those; a rule
+    that only moved gets its new place. Also says whether anything changed."""
+    stored = {rule.name: rule for rule in Rule.objects.only("id", "name", "position", "digest")}
+    wanted = {doc["name"] for doc in document["rules"]}
+    gone = [rule.pk for name, rule in stored.items() if name not in wanted]
+    deleted = 0
+    for start in range(0, len(gone), 500):  # a bounded number of parameters per statement
+        deleted += _delete_rules(Rule.objects.filter(pk__in=gone[start : start + 500]))
+    fresh: list[tuple[int, dict[str, Any]]] = []
+    moved: list[Rule] = []
+    updated = unchanged = 0
+    for position, doc in enumerate(document["rules"]):
+        rule = stored.get(doc["name"])
+        if rule is None:
+            fresh.append((position, doc))
+            continue
+        if rule.digest and rule.digest == Rule.digest_of(doc):
+            unchanged += 1
+        else:
+            _update_rule(rule, doc)
+            updated += 1
+        if rule.position != position:
+            rule.position = position
+            moved.append(rule)
+    Rule.objects.bulk_update(moved, ["position"], batch_size=500)
+    _create_placed_rules(fresh)
+    extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
+    result = ImportResult(len(fresh), updated, deleted, unchanged=unchanged)
+    return result, bool(fresh or updated or deleted or moved or extras_changed)
 
 
-def _merge(document: dict[str, Any]) -> ImportResult:
+def _replace_defaults_and_fallback(
+    defaults: dict[str, Any] | None, fallback: dict[str, Any] | None
+) -> bool:
+    """Store the defaults and fallback unless they are stored already; whether they were not."""
+    stored_defaults = Defaults.objects.filter(pk=1).first()
+    stored_fallback = Fallback.objects.first()
+    stored = (
+        stored_defaults.document() if stored_defaults else None,
+        stored_fallback.document() if stored_fallback else None,
+    )
+    wanted = (
+        None if defaults is None else Defaults(**_defaults_fields(defaults)).document(),
+        None if fallback is None else Fallback(**Fallback.fields_from(fallback)).document(),
+    )
+    if stored == wanted:
+        return False
+    _set_defaults(defaults)
+    _set_fallback(fallback)
+    return True
+
+
+def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
     rules = document["rules"]
     existing = {
         rule.name: rule for rule in Rule.objects.filter(name__in=[r["name"] for r in rules])
@@ -116,18 +166,23 @@ def _merge(document: dict[str, Any]) -> ImportResult:
         _set_defaults(document["defaults"])
     if document["fallback"] is not None:
         _set_fallback(document["fallback"])
-    return ImportResult(created=len(fresh), updated=len(existing), deleted=0)
+    return ImportResult(created=len(fresh), updated=len(existing), deleted=0), True
 
 
 def _create_rules(docs: list[dict[str, Any]], *, start: int) -> None:
+    _create_placed_rules([(start + i, doc) for i, doc in enumerate(docs)])
+
+
+def _create_placed_rules(placed: list[tuple[int, dict[str, Any]]]) -> None:
+    """Create rules, each at its given position, with their responses."""
     rules = Rule.objects.bulk_create(
-        [Rule(position=start + i, **Rule.fields_from(doc)) for i, doc in enumerate(docs)],
+        [Rule(position=position, **Rule.fields_from(doc)) for position, doc in placed],
         batch_size=500,
     )
     RuleResponse.objects.bulk_create(
         [
             RuleResponse(rule=rule, position=i, **RuleResponse.fields_from(response))
-            for rule, doc in zip(rules, docs, strict=True)
+            for rule, (_, doc) in zip(rules, placed, strict=True)
             for i, response in enumerate(_responses(doc))
         ],
         batch_size=500,
@@ -188,8 +243,11 @@ def _set_defaults(doc: dict[str, Any] | None) -> None:
     if doc is None:
         Defaults.objects.all().delete()
         return
-    fields = {key: doc.get(key) for key in ("confidence", "stream", "chaos")}
-    Defaults.objects.update_or_create(pk=1, defaults=fields)
+    Defaults.objects.update_or_create(pk=1, defaults=_defaults_fields(doc))
+
+
+def _defaults_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    return {key: doc.get(key) for key in ("confidence", "stream", "chaos")}
 
 
 def _set_fallback(doc: dict[str, Any] | None) -> None:
@@ -211,7 +269,7 @@ def create_rule(*, document: dict[str, Any]) -> Rule:
             name_rules([*({"name": n} for n in names), document])
         _create_rules([document], start=_next_position())
         _bump_version()
-        return Rule.objects.get(name=document["name"])
+        return _with_responses(document["name"])
 
 
 def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
@@ -223,7 +281,13 @@ def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
             raise _duplicate_name(document["name"])
         _update_rule(rule, document)
         _bump_version()
-        return rule
+        return _with_responses(document["name"])
+
+
+def _with_responses(name: str) -> Rule:
+    """The rule read back with its responses inside the transaction that wrote them, so its
+    ``document()`` cannot meet another writer's changes."""
+    return Rule.objects.prefetch_related("responses").get(name=name)
 
 
 def save_rule(
@@ -242,6 +306,7 @@ def save_rule(
     with transaction.atomic():
         if rule.pk is None:
             rule.position = _next_position()
+        rule.digest = ""  # edited field by field: no document to compare a replace with
         rule.save()
         RuleResponse.objects.filter(pk__in=[r.pk for r in removed_responses]).delete()
         for response in responses:
@@ -283,7 +348,7 @@ def _delete_named_rules(names: Collection[str]) -> int:
 def set_rules_enabled(*, names: Collection[str], enabled: bool) -> int:
     """Enable or disable the named rules; return how many there are."""
     with transaction.atomic():
-        count = Rule.objects.filter(name__in=names).update(enabled=enabled)
+        count = Rule.objects.filter(name__in=names).update(enabled=enabled, digest="")
         _bump_version()
     return count
 
@@ -399,12 +464,35 @@ def reset_counters(*, session: str | None = None) -> int:
     return entries.update(counted=False)
 
 
-def reset_session(*, session: str) -> dict[str, int]:
-    """A session's fresh start: its sequence positions, fail-first counts and journal go."""
+def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict[str, int]:
+    """A session's fresh start: its sequence positions, fail-first counts, journal and
+    script go; ``script`` (a validated rule document with ``responses``) is its new one."""
     with transaction.atomic():
-        counters, _ = SessionCounter.objects.filter(session=session).delete()
-        entries = clear_journal(session=session)
+        counters = _fast_delete(SessionCounter.objects.filter(session=session))
+        entries = _fast_delete(JournalEntry.objects.filter(session=session))
+        scripts = _fast_delete(SessionScript.objects.filter(session=session))
+        if script is not None:
+            SessionScript.objects.create(
+                session=session,
+                responses=script["responses"],
+                on_exhausted=script.get("on_exhausted") or "error",
+            )
+        if scripts or script is not None:
+            _bump_scripts_stamp()
     return {"counters": counters, "journal": entries}
+
+
+def _fast_delete(rows: QuerySet[Any]) -> int:
+    """Delete in one statement, without Django's collector reading the rows first (nothing
+    refers to these rows and no receiver listens): the testing kit does it every test."""
+    return rows._raw_delete(rows.db) or 0
+
+
+def _bump_scripts_stamp() -> None:
+    """Record that a session's script changed: workers reload the scripts, and no rule."""
+    stamp = RulesetState.new_stamp()
+    if not RulesetState.objects.filter(pk=1).update(scripts_stamp=stamp):
+        RulesetState.objects.get_or_create(pk=1, defaults={"scripts_stamp": stamp})
 
 
 # -- the control API's token ----------------------------------------------------
@@ -417,6 +505,18 @@ def ensure_control_token(configured: str) -> str | None:
     with transaction.atomic():
         if ControlToken.objects.exists():
             return None
-        token = secrets.token_urlsafe(32)
-        ControlToken.objects.create(digest=ControlToken.digest_of(token))
-        return token
+        return _store_new_control_token()
+
+
+def rotate_control_token() -> str:
+    """Replace the stored control token with a new one, and return it (it is shown only now)."""
+    with transaction.atomic():
+        ControlToken.objects.all().delete()
+        return _store_new_control_token()
+
+
+def _store_new_control_token() -> str:
+    token = secrets.token_urlsafe(32)
+    hint = token[: ControlToken.HINT_LENGTH]
+    ControlToken.objects.create(digest=ControlToken.digest_of(token), hint=hint)
+    return token

@@ -145,12 +145,13 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # Before staticfiles: its runserver command (half the API, over WSGI) gives way to ours.
+    "staticagents",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # the API documentation's assets (/api/docs/), served locally
     "channels",
-    "staticagents",
 ]
 
 MIDDLEWARE = [
@@ -272,6 +273,8 @@ STATIC_AGENTS_MAX_BODY_BYTES = env_int(
 DATA_UPLOAD_MAX_MEMORY_SIZE = STATIC_AGENTS_MAX_BODY_BYTES
 # Keys the reply routes require (comma-separated); empty: open, any key accepted.
 STATIC_AGENTS_API_KEYS = env_list("STATIC_AGENTS_API_KEYS", "")
+# Who may read /metrics: "token" (the control token, as the control API) or "open" (anyone).
+STATIC_AGENTS_METRICS = env_str("STATIC_AGENTS_METRICS", "token", choices=("token", "open"))
 STATIC_AGENTS_MAX_STREAM_SECONDS = env_float(
     "STATIC_AGENTS_MAX_STREAM_SECONDS", 120.0, unit="seconds", above=0
 )

@@ -5,6 +5,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularSwaggerView
 
 from staticagents import front
+from staticagents.control.metrics import metrics_view
 from staticagents.serving import fallback
 
 urlpatterns = [
@@ -15,6 +16,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="api-docs"),
     path("api/", include("staticagents.dialects.galaxy.urls")),
     path("control/", include("staticagents.control.urls")),
+    path("metrics", metrics_view, name="metrics"),
     # Any other path (the admin keeps its own): a JSON 404 in the shape of its API, DEBUG or not.
     re_path(r"^(?!admin(?:/|$))", fallback.not_found),
 ]

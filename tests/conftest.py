@@ -39,8 +39,15 @@ class LiveServer:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        from staticagents.serving.protocol import JSONErrorsHttpProtocol
+
         config = uvicorn.Config(
-            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+            application,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            http=JSONErrorsHttpProtocol,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -580,7 +580,7 @@ def test_uploading_a_fixture_replaces_the_rules(admin_client: Client, rules: Non
     assert Defaults.objects.get(pk=1).confidence == "low"
     assert version() == before + 1
     assert messages_on(admin_client, CHANGELIST) == [
-        "Uploaded rules.yml (replace): imported: 2 rule(s) created, 0 updated, 4 deleted."
+        "Uploaded rules.yml (replace): imported: 1 rule(s) created, 1 updated, 3 deleted."
     ]
 
 
@@ -603,8 +603,8 @@ def test_a_dry_run_reports_and_changes_nothing(admin_client: Client, rules: None
     assert export_document() == before_doc
     assert version() == before_version
     assert messages_on(admin_client, UPLOAD) == [
-        "Dry run of rules.yml (replace): would import: 2 rule(s) created, 0 updated, "
-        "4 deleted. Nothing changed."
+        "Dry run of rules.yml (replace): would import: 1 rule(s) created, 1 updated, "
+        "3 deleted. Nothing changed."
     ]
 
 
@@ -628,11 +628,30 @@ def test_an_invalid_fixture_lists_every_error_with_path_and_line_and_changes_not
     errors = response.context["form"].errors["fixture"]
     assert len(errors) == 3
     assert any(e.startswith("broken.yml:6: rules[1].match.query: invalid regex") for e in errors)
-    assert "broken.yml:7: rules[1].match.querry: unknown key" in errors
+    assert "broken.yml:7: rules[1].match.querry: unknown key (did you mean 'query'?)" in errors
     assert any(e.startswith("broken.yml:8: rules[1].response.confidence:") for e in errors)
     html = response.content.decode()
     assert "broken.yml:7: rules[1].match.querry: unknown key" in html
     assert export_document() == before_doc and version() == before_version
+
+
+def test_an_upload_with_a_repeated_key_or_a_date_is_refused_with_their_lines(
+    admin_client: Client, rules: None
+) -> None:
+    before_doc = export_document()
+    text = (
+        "rules:\n"
+        "  - name: twice\n"
+        "    match: {query: hello}\n"
+        "    match: {query: bye}\n"
+        "    response: {metadata: {released: 2024-05-01}}\n"
+    )
+    response = upload(admin_client, text, name="twice.yml")
+    errors = response.context["form"].errors["fixture"]
+    assert [e.split(": ")[0] for e in errors] == ["twice.yml:4", "twice.yml:5"], errors
+    assert "rules[0].match: duplicate key 'match' (first at line 3)" in errors[0]
+    assert "rules[0].response.metadata.released: is a date" in errors[1]
+    assert export_document() == before_doc
 
 
 def test_upload_errors_match_the_import_command(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -536,14 +537,19 @@ def test_a_chunked_body_over_the_limit_gets_a_413_in_the_routes_shape(
 
 
 @pytest.mark.parametrize(
-    ("path", "shape"), [("/api/ai/agents/query", "galaxy"), ("/control/explain", "control")]
+    ("method", "path", "shape"),
+    [
+        # Galaxy's reply POSTs are lean routes (our limit only); its other routes are DRF's.
+        ("PUT", "/api/chat/exchanges/batch/delete", "galaxy"),
+        ("POST", "/control/explain", "control"),
+    ],
 )
 def test_djangos_own_body_limit_is_a_413_too(
-    http: httpx.Client, settings: Any, path: str, shape: str
+    http: httpx.Client, settings: Any, method: str, path: str, shape: str
 ) -> None:
     """Below our limit but over Django's: Django refuses when the view reads the body."""
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1_000
-    response = http.post(path, json={"query": "x" * 2_000})
+    response = http.request(method, path, json={"query": "x" * 2_000})
     assert response.status_code == 413
     refusal(response, shape)
 
@@ -587,6 +593,88 @@ def test_an_adk_session_created_with_odd_events_still_answers_a_run(http: httpx.
     assert created.status_code == 200
     run = http.post("/run", json={**ADK_RUN, "sessionId": "odd"})
     assert run.status_code == 200, run.text[:300]
+
+
+def test_an_exchange_id_beyond_64_bits_is_refused_naming_it(http: httpx.Client) -> None:
+    huge = "1" + "0" * 5000
+    for ids in (str(2**63), str(-(2**63) - 1), f'"{"9" * 5000}"', huge):
+        content = '{"ids": [' + ids + "]}"
+        response = http.put("/api/chat/exchanges/batch/delete", content=content)
+        message = refusal(response, "galaxy")
+        assert "ids[0]" in message or "number is infinity" in message, message
+
+
+def test_a_fixture_holding_a_5000_digit_number_is_refused(http: httpx.Client) -> None:
+    huge = "1" + "0" * 5000
+    for body in (huge, '{"rules": [{"response": {"usage": ' + huge + "}}]}"):
+        message = refusal(http.put("/control/fixture", content=body), "control")
+        assert "mapping, not int" in message or "beyond 64 bits" in message, message
+
+
+def test_the_static_files_still_serve_the_admins_css(http: httpx.Client) -> None:
+    response = http.get("/static/admin/css/base.css")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/css")
+
+
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_an_adk_session_state_nested_too_deep_is_refused_and_stores_nothing(
+    http: httpx.Client,
+) -> None:
+    """A state orjson could store but never send back (255 levels) once poisoned the session."""
+    sessions = "/apps/router/users/deep/sessions"
+    created = http.post(sessions, json={"sessionId": "deep", "state": nested(300)})
+    assert "state.a.a" in refusal(created, "adk")
+    assert "nested deeper than 64 levels" in refusal(created, "adk")
+    assert refusal(http.post(f"{sessions}/older", json=nested(300)), "adk")
+    assert http.post(sessions, json={"sessionId": "ok", "state": nested(10)}).status_code == 200
+    run = http.post(
+        "/run", json={**ADK_RUN, "userId": "deep", "sessionId": "ok", "stateDelta": nested(300)}
+    )
+    assert "stateDelta.a.a" in refusal(run, "adk")
+    patch = http.patch(f"{sessions}/ok", json={"stateDelta": nested(300)})
+    assert "stateDelta.a.a" in refusal(patch, "adk")
+    assert http.get(f"{sessions}/ok").status_code == 200
+    listed = http.get(sessions)
+    assert listed.status_code == 200 and [s["id"] for s in listed.json()] == ["ok"]
+
+
+def test_bytes_that_are_no_http_request_get_a_json_400(live_url: str) -> None:
+    host, port = live_url.removeprefix("http://").split(":")
+    for garbage in (b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            raw.sendall(garbage)
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"content-type: application/json" in head.lower(), head
+        assert "Invalid HTTP request" in openai_error(json.loads(body))
+
+
+def test_a_request_nested_deeper_than_any_renderer_goes_is_refused_naming_the_path(
+    http: httpx.Client,
+) -> None:
+    """/v1/responses stores and echoes its metadata: 300 levels were a 500 on the way out."""
+    deep = nested(300)
+    for path, body, shape in [
+        ("/v1/responses", {"model": "m", "input": "hi", "metadata": deep}, "openai"),
+        ("/v1/chat/completions", {"model": "m", "messages": [], "metadata": deep}, "openai"),
+        (
+            "/v1/messages",
+            {"model": "m", "max_tokens": 5, "messages": [], "metadata": deep},
+            "anthropic",
+        ),
+    ]:
+        message = refusal(http.post(path, json=body), shape)
+        assert message.startswith("metadata.a.a") and "deeper than 64 levels" in message, message
 
 
 # -- queries, paths, methods -----------------------------------------------------------------
@@ -652,6 +740,16 @@ BAD_REQUESTS = [
     ("DELETE", "/control/sessions/a%00b", "control", 400),
     ("GET", "/v1/models?anything=%00", "openai", 400),
     ("GET", "/v1beta/models?key=%00", "gemini", 400),
+    # numbers and cursors made by hand
+    ("GET", "/api/chat/exchange/9223372036854775808/messages", "galaxy", 400),
+    ("GET", "/api/chat/exchange/" + "9" * 5000 + "/messages", "galaxy", 400),
+    ("GET", "/control/journal?cursor=cj0xJnA9eHl6", "control", 404),  # r=1&p=xyz
+    ("GET", "/control/journal?cursor=cD05OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5", "control", 404),
+    ("GET", "/control/journal?cursor=cD0tMQ", "control", 404),  # p=-1
+    # the admin's static files: a missing one, and paths climbing out of their folders
+    ("GET", "/static/admin/css/nothing.css", "openai", 404),
+    ("GET", "/static/%2e%2e/%2e%2e/etc/passwd", "openai", 404),
+    ("GET", "/static/..%2f..%2fetc/passwd", "openai", 404),
 ]
 
 

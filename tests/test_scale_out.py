@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from bench.servers import Server, serve
+from tests.control.test_consistent_reads import reads_during_imports
 
 POSTGRES = os.environ.get("STATIC_AGENTS_TEST_POSTGRES_URL", "")
 REDIS = os.environ.get("STATIC_AGENTS_TEST_REDIS_URL", "")
@@ -197,6 +198,57 @@ def test_a_stored_response_is_continued_read_and_deleted_through_another_server(
         assert httpx.get(f"{second.url}/v1/responses/{response_id}").status_code == 404
 
 
+def test_adk_sessions_and_galaxy_exchanges_continue_through_another_server(
+    database: str, tmp_path: Path
+) -> None:
+    """A run's session and a chat's exchange are written in the journal's rounds: on
+    PostgreSQL too, any worker continues what another began."""
+    document = {
+        "rules": [
+            {
+                "name": "second",
+                "match": {"turn": 2},
+                "response": {"template": True, "content": "turn two: $query"},
+            },
+            {"name": "first", "response": {"content": "turn one"}},
+        ]
+    }
+    fixture = fixture_file(tmp_path, document)
+
+    def run(url: str, text: str) -> httpx.Response:
+        message = {"role": "user", "parts": [{"text": text}]}
+        body = {
+            "appName": "router",
+            "userId": "u",
+            "sessionId": "s1",
+            "newMessage": message,
+            "stateDelta": {"topic": text},
+        }
+        return httpx.post(f"{url}/run", json=body, timeout=30)
+
+    with server(database, fixture, workers=1) as first, server(database, None) as second:
+        assert run(first.url, "hello").json()[0]["content"]["parts"][0]["text"] == "turn one"
+        again = run(second.url, "and again")
+        assert again.json()[0]["content"]["parts"][0]["text"] == "turn two: and again"
+        session = httpx.get(f"{first.url}/apps/router/users/u/sessions/s1").json()
+        assert [event["author"] for event in session["events"]] == ["user", "router"] * 2
+        assert session["state"] == {"topic": "and again"}
+
+        opened = httpx.post(f"{first.url}/api/chat?agent_type=router", json={"query": "hi"})
+        exchange_id = opened.json()["exchange_id"]
+        follow_up = httpx.post(
+            f"{second.url}/api/chat?agent_type=router",
+            json={"query": "more", "exchange_id": exchange_id},
+        ).json()
+        assert (follow_up["response"], follow_up["exchange_id"]) == ("turn two: more", exchange_id)
+        messages = httpx.get(f"{first.url}/api/chat/exchange/{exchange_id}/messages").json()
+        assert [m["content"] for m in messages] == ["hi", "turn one", "more", "turn two: more"]
+        missing = httpx.post(
+            f"{second.url}/api/chat?agent_type=router", json={"query": "x", "exchange_id": 999999}
+        ).json()
+        assert missing["error_code"] == 404
+
+
 def test_a_fixture_replaced_under_traffic_is_seen_whole_or_not_at_all(
     database: str, tmp_path: Path
 ) -> None:
@@ -316,3 +368,10 @@ def test_the_service_reconnects_after_the_database_drops_its_connections(
             for _ in range(20)
         ]
     assert statuses == [200] * 20
+
+
+def test_listings_and_exports_never_see_half_an_import_on_postgresql(database: str) -> None:
+    with server(database, None) as live:
+        reads, failures = reads_during_imports(live.url, CONTROL)
+    assert reads > 0
+    assert not failures, failures[:10]

@@ -39,6 +39,7 @@ CONTROL_ERRORS = {
 }
 RULES = obj({"rules": array(OBJECT)})
 SESSION = OpenApiParameter("session", str, description="just this session")
+FRESH_SESSION = OpenApiParameter("session", str, description="a session to start afresh too")
 COUNTERS = obj(
     {
         "session": nullable(STRING),
@@ -50,7 +51,13 @@ COUNTERS = obj(
     }
 )
 IMPORT_RESULT = obj(
-    {"created": INTEGER, "updated": INTEGER, "deleted": INTEGER, "dry_run": BOOLEAN}
+    {
+        "created": INTEGER,
+        "updated": INTEGER,
+        "deleted": INTEGER,
+        "unchanged": INTEGER,
+        "dry_run": BOOLEAN,
+    }
 )
 FIXTURE_BODY = {
     "application/yaml": STRING,
@@ -107,12 +114,12 @@ describe(
     put=control_operation(
         IMPORT_RESULT,
         request=FIXTURE_BODY,
-        parameters=[OpenApiParameter("dry_run", bool)],
+        parameters=[OpenApiParameter("dry_run", bool), FRESH_SESSION],
     ),
     post=control_operation(
         IMPORT_RESULT,
         request=FIXTURE_BODY,
-        parameters=[OpenApiParameter("dry_run", bool)],
+        parameters=[OpenApiParameter("dry_run", bool), FRESH_SESSION],
     ),
 )
 JOURNAL_PAGE = obj(
@@ -135,9 +142,16 @@ describe(
     ),
     delete=control_operation(obj({"deleted": INTEGER}), parameters=[SESSION]),
 )
+SESSION_RESET = obj({"session": STRING, "counters": INTEGER, "journal": INTEGER})
+SCRIPT = obj(
+    {"responses": {**array(OBJECT), "minItems": 1}},
+    {"on_exhausted": {"type": "string", "enum": ["error", "repeat_last"]}},
+)
 describe(
     CONTROL + "SessionView",
-    delete=control_operation(obj({"session": STRING, "counters": INTEGER, "journal": INTEGER})),
+    get=control_operation(obj({"session": STRING, "script": nullable(OBJECT)})),
+    put=control_operation(SESSION_RESET, request={"application/json": SCRIPT}),
+    delete=control_operation(SESSION_RESET),
 )
 describe(
     CONTROL + "CountersView",

@@ -3,15 +3,19 @@ explain.
 
 Tests and people drive the service through it. Every route needs the control
 token (``Authorization: Bearer …``) or a staff session; anything else gets 401
-and changes nothing. Rules travel in fixture form and pass the same schema as a
-YAML import; every error has the shape ``{"errors": [{path, message, code}]}``.
+and changes nothing. The token may do everything; a staff user only what their
+Django model permissions allow, as in the admin: each view names the permissions
+each method needs (``needs``: ``view_*`` to read, ``add_*``/``change_*``/``delete_*``
+to write), and a session without them gets 403. Rules travel in fixture form and
+pass the same schema as a YAML import; every error has the shape
+``{"errors": [{path, message, code}]}``.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import asdict, dataclass
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import orjson
 from django.http import HttpResponse
@@ -22,9 +26,9 @@ from rest_framework.authentication import (
     get_authorization_header,
 )
 from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -33,17 +37,21 @@ from rest_framework.views import APIView
 from staticagents.conf import settings
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
+from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
-from staticagents.models import ControlToken, JournalEntry, Rule
+from staticagents.document.schema import DocumentInvalid, FieldError
+from staticagents.models import ControlToken, JournalEntry, SessionScript
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import (
     export_document,
     journal_counters,
     journal_entries,
+    session_script,
     stored_control_token_digest,
     stored_document,
+    stored_rule,
 )
 from staticagents.services import (
     clear_journal,
@@ -101,6 +109,25 @@ class StaffSessionAuthentication(SessionAuthentication):
         return user, None
 
 
+class ModelPermissions(BasePermission):
+    """The control token may do anything; a staff user what the view ``needs`` for the method."""
+
+    message = "your account lacks the permission this needs (ask for it in the admin)"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if isinstance(user, ControlClient):
+            return True
+        if user is None or not user.is_authenticated:
+            return False
+        method = "GET" if request.method == "HEAD" else request.method
+        needed = view.needs.get(method, ())
+        if not user.has_perms([f"staticagents.{codename}" for codename in needed]):
+            self.message = f"{request.method} here needs the permission(s) {', '.join(needed)}"
+            return False
+        return True
+
+
 class JSONBodyParser(JSONParser):
     """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail)."""
 
@@ -120,7 +147,9 @@ class JSONBodyParser(JSONParser):
 
 class ControlView(APIView):
     authentication_classes = [ControlTokenAuthentication, StaffSessionAuthentication]
-    permission_classes = [IsAuthenticated]
+    permission_classes = [ModelPermissions]
+    # Method → the model permissions a staff user needs for it (codenames, without the app).
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {}
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONBodyParser]
 
@@ -186,6 +215,8 @@ def patched_rule(current: dict[str, Any], patch: Any) -> Any:
 class RulesView(ControlView):
     """``GET`` the rules in order; ``POST`` one rule to append it."""
 
+    needs = {"GET": ("view_rule",), "POST": ("add_rule",)}
+
     def get(self, request: Request) -> Response:
         return Response({"rules": stored_document()["rules"]})
 
@@ -198,14 +229,21 @@ class RulesView(ControlView):
 class RuleView(ControlView):
     """One rule by name: ``GET``, ``PUT`` (replace), ``PATCH`` (merge patch), ``DELETE``."""
 
+    needs = {
+        "GET": ("view_rule",),
+        "PUT": ("change_rule",),
+        "PATCH": ("change_rule",),
+        "DELETE": ("delete_rule",),
+    }
+
     def get(self, request: Request, name: str) -> Response:
-        return Response(_rule(name).document())
+        return Response(_rule(name))
 
     def put(self, request: Request, name: str) -> Response:
         return Response(update_rule(name=name, document=rule_document(request.data)).document())
 
     def patch(self, request: Request, name: str) -> Response:
-        document = rule_document(patched_rule(_rule(name).document(), request.data))
+        document = rule_document(patched_rule(_rule(name), request.data))
         return Response(update_rule(name=name, document=document).document())
 
     def delete(self, request: Request, name: str) -> Response:
@@ -213,15 +251,17 @@ class RuleView(ControlView):
         return Response(status=204)
 
 
-def _rule(name: str) -> Rule:
-    rule = Rule.objects.filter(name=name).prefetch_related("responses").first()
-    if rule is None:
+def _rule(name: str) -> dict[str, Any]:
+    document = stored_rule(name)
+    if document is None:
         raise NotFound(f"no rule named {name!r}")
-    return rule
+    return document
 
 
 class ReorderRulesView(ControlView):
     """``POST ["b", "a"]``: those rules first, in that order; the others follow in theirs."""
+
+    needs = {"POST": ("change_rule",)}
 
     def post(self, request: Request) -> Response:
         names = serializers.ListField(child=serializers.CharField(), allow_empty=False)
@@ -256,7 +296,14 @@ class FixtureView(ControlView):
 
     The body is YAML, JSON or the ADK test-agent format, read raw whatever its
     content type; a document with any error changes nothing (400, every error).
+    ``?session=KEY`` also starts that session afresh, as ``DELETE /sessions/KEY`` does.
     """
+
+    needs = {
+        "GET": ("view_rule",),
+        "PUT": ("add_rule", "change_rule", "delete_rule"),  # the rules are replaced
+        "POST": ("add_rule", "change_rule"),
+    }
 
     def get(self, request: Request) -> Response | HttpResponse:
         reject_unknown_params(request, {"format"})
@@ -272,11 +319,16 @@ class FixtureView(ControlView):
         return self._import(request, merge=True)
 
     def _import(self, request: Request, *, merge: bool) -> Response:
-        reject_unknown_params(request, {"dry_run"})
+        reject_unknown_params(request, {"dry_run", "session"})
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         # Read one byte past the limit, so load_fixture can name an oversized body.
         document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
-        return Response(asdict(import_fixture(document=document, merge=merge, dry_run=dry_run)))
+        result = import_fixture(document=document, merge=merge, dry_run=dry_run)
+        session = request.query_params.get("session")
+        if session and not dry_run:  # the testing kit's session starts afresh with the rules
+            reset_session(session=session)
+        active_ruleset()  # this process's snapshot is rebuilt now, not at the next reply
+        return Response(asdict(result))
 
 
 def _wants_json(request: Request) -> bool:
@@ -295,9 +347,20 @@ class JournalPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 1000
 
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """DRF's cursor, whose position must be an id: a hand-made one could hold anything."""
+        cursor = super().decode_cursor(request)
+        position = cursor.position if cursor is not None else None
+        if position is not None and not _is_row_id(position):
+            raise NotFound(self.invalid_cursor_message)
+        return cursor
+
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
-        self.count = queryset.count()
-        return super().paginate_queryset(queryset, request, view)
+        page = super().paginate_queryset(queryset, request, view)
+        # A first page with nothing after it holds every entry: no query to count them.
+        whole = self.cursor is None and not self.has_next
+        self.count = len(page) if whole else queryset.count()
+        return page
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response(
@@ -310,8 +373,15 @@ class JournalPagination(CursorPagination):
         )
 
 
+def _is_row_id(text: str) -> bool:
+    """Digits naming a row of a bigint key (a longer number would overflow the query)."""
+    return is_ascii_number(text) and len(text) <= 19 and int(text) < 2**63
+
+
 class JournalView(ControlView):
     """``GET`` entries, newest first, filtered; ``DELETE`` clears all or ``?session=``."""
+
+    needs = {"GET": ("view_journalentry",), "DELETE": ("delete_journalentry",)}
 
     class FilterSerializer(serializers.Serializer):
         session = serializers.CharField(required=False)
@@ -322,43 +392,79 @@ class JournalView(ControlView):
         fallback = serializers.BooleanField(required=False, allow_null=True, default=None)
         contains = serializers.CharField(required=False, trim_whitespace=False)
 
-    class OutputSerializer(serializers.ModelSerializer):
-        class Meta:
-            model = JournalEntry
-            fields = (
-                "id",
-                "created_at",
-                "dialect",
-                "route",
-                "method",
-                "session",
-                "agent_type",
-                "model",
-                "query",
-                "body",
-                "headers",
-                "rule",
-                "outcome",
-                "status",
-                "duration_ms",
-                "diagnosis",
-            )
+    # The columns of an entry, read as values: a ModelSerializer would inspect the model
+    # again on every request, which cost more than the query.
+    FIELDS = (
+        "id",
+        "created_at",
+        "dialect",
+        "route",
+        "method",
+        "session",
+        "agent_type",
+        "model",
+        "query",
+        "body",
+        "headers",
+        "rule",
+        "outcome",
+        "status",
+        "duration_ms",
+        "diagnosis",
+    )
+    CREATED_AT = serializers.DateTimeField()
 
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         known = set(filters.fields) | {"cursor", "page_size"}
         reject_unknown_params(request, known)
         filters.is_valid(raise_exception=True)
+        entries = journal_entries(**filters.validated_data).values(*self.FIELDS)
         paginator = JournalPagination()
-        page = paginator.paginate_queryset(journal_entries(**filters.validated_data), request, self)
-        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+        page = paginator.paginate_queryset(entries, request, self)
+        for entry in page:
+            entry["created_at"] = self.CREATED_AT.to_representation(entry["created_at"])
+        return paginator.get_paginated_response(page)
 
     def delete(self, request: Request) -> Response:
         return Response({"deleted": clear_journal(session=session_param(request))})
 
 
+SCRIPT_KEYS = ("responses", "on_exhausted")
+
+
+def script_document(data: Any) -> dict[str, Any]:
+    """A session's script (``{"responses": [...], "on_exhausted": ...}``), validated as the
+    responses of a rule."""
+    if not isinstance(data, dict):
+        raise DocumentInvalid([FieldError("", "a script must be a JSON object", "type")])
+    unknown = [FieldError(k, "unknown key", "unknown_key") for k in data if k not in SCRIPT_KEYS]
+    if unknown:
+        raise DocumentInvalid(unknown)
+    if "responses" not in data:
+        raise DocumentInvalid([FieldError("responses", "a script needs responses", "required")])
+    return schema.validate_part(schema.RuleSpec, {"name": SessionScript.RULE_NAME, **data})
+
+
 class SessionView(ControlView):
-    """``DELETE``: the session's fresh start (sequence positions, fail-first counts, journal)."""
+    """One session: ``GET`` its script; ``PUT`` a script (``{"responses": [...],
+    "on_exhausted": "error"}``) to start it afresh with that script; ``DELETE`` to start
+    it afresh (sequence positions, fail-first counts, journal and script go)."""
+
+    def get(self, request: Request, key: str) -> Response:
+        return Response({"session": key, "script": session_script(key)})
+
+    def put(self, request: Request, key: str) -> Response:
+        script = script_document(request.data)
+        reset = reset_session(session=key, script=script)
+        active_ruleset()  # this process's snapshot takes the script now, not at the next reply
+        return Response({"session": key, **reset})
+
+    needs = {
+        "GET": ("view_sessionscript",),
+        "PUT": ("add_sessionscript", "delete_sessioncounter", "delete_journalentry"),
+        "DELETE": ("delete_sessioncounter", "delete_journalentry"),
+    }
 
     def delete(self, request: Request, key: str) -> Response:
         return Response({"session": key, **reset_session(session=key)})
@@ -366,6 +472,8 @@ class SessionView(ControlView):
 
 class CountersView(ControlView):
     """``GET`` what the service saw, overall or ``?session=``; ``DELETE`` resets it."""
+
+    needs = {"GET": ("view_journalentry",), "DELETE": ("change_journalentry",)}
 
     def get(self, request: Request) -> Response:
         return Response(journal_counters(session=session_param(request)))
@@ -381,6 +489,8 @@ class CountersView(ControlView):
 
 class ExplainView(ControlView):
     """``POST`` an inquiry: the rule that would answer, and why each rule before it did not."""
+
+    needs = {"POST": ("view_rule",)}  # reads the rules, changes nothing
 
     class InputSerializer(serializers.Serializer):
         query = serializers.CharField(allow_blank=True, trim_whitespace=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
@@ -37,19 +38,16 @@ class Inquiry:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-CREDENTIAL_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "set-cookie",
-        "x-static-control-token",
-    }
-)
+# A header or query parameter whose name holds one of these carries a credential.
+CREDENTIAL_WORDS = ("key", "token", "secret", "auth", "cookie", "password")
 MASK = "***"
+
+
+@functools.lru_cache(maxsize=1024)  # a request's headers are nearly always the same few names
+def is_credential_name(name: str) -> bool:
+    """Whether a header or query parameter called ``name`` carries a credential (any case)."""
+    lower = name.lower()
+    return any(word in lower for word in CREDENTIAL_WORDS)
 
 
 def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -57,7 +55,7 @@ def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
     masked = {}
     for name, value in headers.items():
         lower = name.lower()
-        if lower not in CREDENTIAL_HEADERS:
+        if not is_credential_name(lower):
             masked[lower] = value
         elif lower in ("authorization", "proxy-authorization") and " " in value:
             masked[lower] = f"{value.split(' ', 1)[0]} {MASK}"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ahocorasick
+import orjson
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.literals import Gate, required_literal
@@ -112,6 +113,8 @@ class Ruleset:
     folded_literals: Any = None  # the same for case-insensitive literals, over query.lower()
     folded_gated: frozenset[int] = frozenset()
     by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
+    # Sessions' own scripts (``compile_scripts``), tried before any rule for their session.
+    scripts: Mapping[str, CompiledRule] = field(default_factory=dict)
 
     def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
         """The rules that may answer, in order: other types' rules and rules whose
@@ -149,6 +152,43 @@ class Ruleset:
         return sorted(self.groups)
 
 
+class RuleCompiler:
+    """Compiles the rules of successive snapshots, reusing every rule whose document
+    (with the match window and the defaults' chaos) is the same as in one of the two
+    snapshots before (so rules that alternate, as a test's own and the demo do, stay
+    compiled); ``compiled`` counts the rules it actually compiled."""
+
+    def __init__(self) -> None:
+        self.compiled = 0
+        self._known: dict[tuple[bytes, int, bytes], CompiledRule] = {}
+        self._older: dict[tuple[bytes, int, bytes], CompiledRule] = {}
+
+    def compile(
+        self,
+        rules: Sequence[Mapping[str, Any]],
+        *,
+        window: int,
+        chaos: Mapping[str, Any] | None = None,
+    ) -> list[CompiledRule]:
+        known, older = self._known, self._older
+        self._known, self._older = {}, known
+        chaos_key = orjson.dumps(chaos, option=orjson.OPT_SORT_KEYS)
+        result = []
+        for position, rule in enumerate(rules):
+            if not rule.get("enabled", True):
+                continue
+            key = (orjson.dumps(rule, option=orjson.OPT_SORT_KEYS), window, chaos_key)
+            compiled = known.get(key) or older.get(key)
+            if compiled is None:
+                compiled = compile_rule(rule, position=position, window=window, chaos=chaos)
+                self.compiled += 1
+            elif compiled.position != position:
+                compiled = replace(compiled, position=position)
+            self._known[key] = compiled
+            result.append(compiled)
+        return result
+
+
 def compile_ruleset(
     *,
     stamp: str,
@@ -156,12 +196,15 @@ def compile_ruleset(
     defaults: Mapping[str, Any] | None = None,
     fallback: Mapping[str, Any] | None = None,
     window: int = DEFAULT_MATCH_WINDOW,
+    scripts: Mapping[str, CompiledRule] | None = None,
+    compiler: RuleCompiler | None = None,
 ) -> Ruleset:
-    chaos = (defaults or {}).get("chaos")
+    """The snapshot of ``rules`` (in order; disabled ones left out) and the sessions' scripts;
+    ``compiler`` reuses what an earlier snapshot compiled."""
     compiled = tuple(
-        compile_rule(rule, position=i, window=window, chaos=chaos)
-        for i, rule in enumerate(rules)
-        if rule.get("enabled", True)
+        (compiler or RuleCompiler()).compile(
+            rules, window=window, chaos=(defaults or {}).get("chaos")
+        )
     )
     untyped = [rule for rule in compiled if rule.agent_type is None]
     typed: dict[str, list[CompiledRule]] = {}
@@ -183,7 +226,22 @@ def compile_ruleset(
         folded_literals=_literal_index([r for r in compiled if r.gate and r.gate.folded]),
         folded_gated=frozenset(r.position for r in compiled if r.gate and r.gate.folded),
         by_position={rule.position: rule for rule in compiled},
+        scripts=dict(scripts or {}),
     )
+
+
+def compile_scripts(
+    scripts: Mapping[str, Mapping[str, Any]], *, window: int = DEFAULT_MATCH_WINDOW
+) -> dict[str, CompiledRule]:
+    """Each session's script (a rule document without ``match``), compiled.
+
+    Every script gets a negative position of its own: positions key what a snapshot
+    renders once per response (``core.replies``), and no rule has a negative one.
+    """
+    return {
+        session: compile_rule(document, position=-1 - index, window=window)
+        for index, (session, document) in enumerate(scripts.items())
+    }
 
 
 def _group(rules: Iterable[CompiledRule]) -> RuleGroup:
@@ -241,7 +299,12 @@ def _with_chaos(response: Mapping[str, Any], chaos: Mapping[str, Any]) -> Mappin
 
 
 def match_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> CompiledRule | None:
-    """The first enabled rule whose every predicate holds, or None (the fallback answers)."""
+    """The session's script if it has one, else the first enabled rule whose every
+    predicate holds, else None (the fallback answers)."""
+    if ruleset.scripts:
+        script = ruleset.scripts.get(inquiry.session)
+        if script is not None:
+            return script
     for rule in ruleset.candidates(inquiry):
         if rule.matches(inquiry):
             return rule
@@ -250,6 +313,8 @@ def match_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> CompiledRule | None:
 
 def explain_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> list[RuleVerdict]:
     """For every rule up to the one that answers, which predicate failed and why."""
+    if inquiry.session in ruleset.scripts:
+        return [RuleVerdict(ruleset.scripts[inquiry.session].name, True)]
     verdicts: list[RuleVerdict] = []
     for rule in ruleset.rules:
         if rule.agent_type is not None and rule.agent_type != inquiry.agent_type:

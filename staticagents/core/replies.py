@@ -204,7 +204,8 @@ def _from_snapshot(
     )
 
 
-# The responses of each snapshot rendered so far, by (rule position, response index),
+# The responses of each snapshot rendered so far, by (rule position, response index;
+# a session's script has a negative position of its own),
 # the fallback's under None; kept while the snapshot lives. The latest is at hand
 # beside the weak mapping: a process answers from one snapshot at a time.
 RenderedReplies = dict[tuple[int, int] | None, Reply]

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import Field, field_validator
 
-from staticagents.core.storable import NUL_PROBLEM, first_nul
+from staticagents.core.storable import HugeNumber, Trail, parse_json_int, path_of
 from staticagents.document import schema
 from staticagents.document.schema import DocumentInvalid, FieldError
 
@@ -23,6 +23,20 @@ try:  # libyaml is several times faster on large fixtures
     SafeLoader, SafeDumper = yaml.CSafeLoader, yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     SafeLoader, SafeDumper = yaml.SafeLoader, yaml.SafeDumper
+
+
+class _Loader(SafeLoader):  # type: ignore[misc]
+    """The safe loader, keeping an integer too long for ``int()`` as a ``HugeNumber``."""
+
+
+def _construct_int(loader: Any, node: yaml.ScalarNode) -> Any:
+    text = loader.construct_scalar(node)
+    if len(text) > 40:
+        return HugeNumber(text)
+    return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 # A 10,000-rule fixture is about 3 MB; larger files are refused before parsing.
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
@@ -38,16 +52,18 @@ def load_fixture(
         message = f"fixture is {len(data):,} bytes; the limit is {max_bytes:,} bytes"
         raise DocumentInvalid([FieldError("", message, "too_large")], source)
     text = _decode(data, source)
-    parsed = _parse(text, source)
-    where = first_nul(parsed)
-    if where is not None:  # YAML's "\0" and JSON's "\u0000" both make one
-        raise DocumentInvalid([FieldError(where, NUL_PROBLEM, "nul")], source)
+    parsed, duplicates = _parse(text, source)
     try:
         if is_adk_document(parsed):
-            return schema.validate_document(adk_document(parsed))
-        return schema.validate_document(parsed)
+            document = schema.validate_document(adk_document(parsed))
+        else:
+            document = schema.validate_document(parsed)
     except DocumentInvalid as exc:
-        raise DocumentInvalid(_with_lines(exc.errors, text), source) from None
+        errors = _with_lines(exc.errors, text)
+        raise DocumentInvalid(_in_line_order(duplicates + errors), source) from None
+    if duplicates:
+        raise DocumentInvalid(duplicates, source)
+    return document
 
 
 def dump_fixture(document: dict[str, Any], fmt: str = "yaml") -> str:
@@ -69,7 +85,7 @@ class AdkReply(schema.Strict):
     word_delay_ms: int | None = Field(default=None, ge=0, le=600_000)
     first_delay_ms: int | None = Field(default=None, ge=0, le=600_000)
     tool: schema.ToolCallSpec | None = None
-    fail_first: int | None = Field(default=None, ge=0)
+    fail_first: int | None = Field(default=None, ge=0, le=schema.COLUMN_INT_MAX)
 
     @field_validator("error", mode="before")
     @classmethod
@@ -192,10 +208,15 @@ def _decode(data: str | bytes, source: str) -> str:
         ) from None
 
 
-def _parse(text: str, source: str) -> Any:
+def _parse(text: str, source: str) -> tuple[Any, list[FieldError]]:
+    """The parsed document, and its duplicate keys (where both formats let the last one win)."""
     if text.lstrip().startswith(("{", "[")):
+        repeated: list[str] = []
         try:
-            return json.loads(text)
+            parsed = json.loads(
+                text, parse_int=parse_json_int, object_pairs_hook=_noting_repeats(repeated)
+            )
+            return parsed, _json_duplicates(text, repeated)
         except json.JSONDecodeError as exc:
             if not _looks_like_flow_yaml(exc):
                 raise DocumentInvalid(
@@ -205,18 +226,19 @@ def _parse(text: str, source: str) -> Any:
             message = "invalid JSON: nested too deeply"
             raise DocumentInvalid([FieldError("", message, "syntax")], source) from None
     try:
-        loader = SafeLoader(text)
+        loader = _Loader(text)
         try:
             root = loader.get_single_node()
             if root is None:
-                return None
+                return None, []
             _check_expansion(root, source)
-            return loader.construct_document(root)
+            duplicates = _duplicate_keys(root)  # before construction merges "<<" keys in
+            return loader.construct_document(root), duplicates
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        message = f"invalid YAML: {exc.problem or exc.context}"
+        message = f"invalid YAML: {_yaml_problem(exc, text)}"
         raise DocumentInvalid([FieldError("", message, "syntax", line)], source) from None
     except yaml.YAMLError as exc:
         raise DocumentInvalid([FieldError("", f"invalid YAML: {exc}", "syntax")], source) from None
@@ -256,6 +278,80 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     return []
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError, text: str) -> str:
+    """PyYAML's words, but a tab is named (PyYAML: "character that cannot start any token")."""
+    mark = exc.problem_mark
+    if mark is not None:
+        lines = text.splitlines()
+        row = lines[mark.line] if mark.line < len(lines) else ""
+        if row[mark.column : mark.column + 1] == "\t":
+            column = mark.column + 1
+            return f"a tab character at column {column}: YAML indents with spaces, never tabs"
+    return str(exc.problem or exc.context)
+
+
+def _noting_repeats(repeated: list[str]) -> Any:
+    """A ``json.loads`` ``object_pairs_hook`` that notes keys given twice in one object."""
+
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
+                repeated.append(key)
+            found[key] = value
+        return found
+
+    return pairs_to_dict
+
+
+def _json_duplicates(text: str, repeated: list[str]) -> list[FieldError]:
+    """The repeated keys of a JSON document, with paths and lines (JSON is YAML flow style)."""
+    if not repeated:
+        return []
+    try:
+        root = yaml.compose(text, Loader=SafeLoader)
+    except yaml.YAMLError:
+        root = None
+    found = _duplicate_keys(root) if root is not None else []
+    message = "duplicate key: the last one would silently win"
+    return found or [FieldError(key, message, "duplicate") for key in repeated]
+
+
+def _duplicate_keys(root: yaml.Node) -> list[FieldError]:
+    """Keys given twice in one mapping, each with its path and the line of the repeat."""
+    errors: list[FieldError] = []
+    visited: set[int] = set()
+    stack: list[tuple[yaml.Node, Trail]] = [(root, None)]
+    while stack:
+        node, trail = stack.pop()
+        if id(node) in visited:  # an alias: its node was checked where it is defined
+            continue
+        visited.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[str, int] = {}
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    continue
+                line = key.start_mark.line + 1
+                if key.value in first_line and key.value != "<<":
+                    message = (
+                        f"duplicate key {key.value!r} (first at line {first_line[key.value]}): "
+                        "the last one would silently win"
+                    )
+                    errors.append(
+                        FieldError(path_of("", (trail, key.value)), message, "duplicate", line)
+                    )
+                first_line.setdefault(key.value, line)
+                stack.append((value, (trail, key.value)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (trail, i)) for i, item in enumerate(node.value))
+    return _in_line_order(errors)
+
+
+def _in_line_order(errors: list[FieldError]) -> list[FieldError]:
+    return sorted(errors, key=lambda e: (e.line is None, e.line or 0))
 
 
 def _looks_like_flow_yaml(exc: json.JSONDecodeError) -> bool:

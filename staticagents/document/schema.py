@@ -7,10 +7,11 @@ Errors carry the path in the document (``rules[3].match.query``).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -23,6 +24,7 @@ from pydantic import (
 )
 
 from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDOW
+from staticagents.core.storable import HugeNumber, storable_problems
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
 Dialect = Literal[
@@ -40,6 +42,12 @@ ACTION_PARAMETERS = {
     "contact_support": None,
     "refine_query": None,
 }
+# Counts stored in an integer column (PositiveIntegerField: 32 bits on PostgreSQL).
+COLUMN_INT_MAX = INT32_MAX = 2**31 - 1
+# Integers sent as they are (usage, seeds, priorities): what a signed 64-bit field holds.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# A Retry-After beyond a day is a typo, not a test.
+RETRY_AFTER_MAX = 86_400.0
 # Nested quantifiers such as (a+)+ or (a*)* backtrack exponentially on near-misses.
 NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
 
@@ -121,9 +129,11 @@ class StreamSpec(Strict):
     def _chunk(cls, value: Any) -> Any:
         if value in ("word", "char"):
             return value
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= COLUMN_INT_MAX:
             return value
-        raise ValueError("must be 'word', 'char' or a positive number of characters")
+        raise ValueError(
+            f"must be 'word', 'char' or a number of characters from 1 to {COLUMN_INT_MAX}"
+        )
 
 
 class ErrorSpec(Strict):
@@ -155,7 +165,7 @@ class ChaosSpec(Strict):
 
     probability: float = Field(ge=0, le=1)
     kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS), min_length=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     after_chunks: int = Field(default=1, ge=0, le=100_000)
 
     @field_validator("probability", mode="before")
@@ -167,8 +177,9 @@ class ChaosSpec(Strict):
 
 
 class UsageSpec(Strict):
-    input_tokens: int = Field(default=0, ge=0)
-    output_tokens: int = Field(default=0, ge=0)
+    # Gemini's usage fields are 32-bit, and every dialect adds the counts up into a total.
+    input_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
+    output_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
 
 
 class SuggestionSpec(Strict):
@@ -178,7 +189,7 @@ class SuggestionSpec(Strict):
     description: str
     parameters: dict[str, Any] = Field(default_factory=dict)
     confidence: Literal["low", "medium", "high"]
-    priority: int = 1
+    priority: int = Field(default=1, ge=INT64_MIN, le=INT64_MAX)
 
     @model_validator(mode="after")
     def _parameters(self) -> SuggestionSpec:
@@ -202,8 +213,8 @@ class ResponseSpec(Strict):
     tool_calls: list[ToolCallSpec] | None = None
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None = None
     error: ErrorSpec | None = None
-    retry_after: float | None = Field(default=None, ge=0)
-    fail_first: int | None = Field(default=None, ge=0)
+    retry_after: float | None = Field(default=None, ge=0, le=RETRY_AFTER_MAX, allow_inf_nan=False)
+    fail_first: int | None = Field(default=None, ge=0, le=COLUMN_INT_MAX)
     template: bool | None = None
     stream: StreamSpec | None = None
     fault: FaultSpec | None = None
@@ -245,7 +256,7 @@ class MatchSpec(Strict):
     model: Regex | None = None
     system: Regex | None = None
     dialect: Dialect | None = None
-    turn: int | None = Field(default=None, ge=1)
+    turn: int | None = Field(default=None, ge=1, le=COLUMN_INT_MAX)
     tool_result: Any = None
 
     @field_validator("contains")
@@ -316,15 +327,10 @@ def validate_document(data: Any) -> dict[str, Any]:
     """
     if not isinstance(data, Mapping):
         kind = type(data).__name__ if data is not None else "an empty document"
+        kind = "int" if isinstance(data, HugeNumber) else kind
         raise DocumentInvalid([FieldError("", f"a fixture must be a mapping, not {kind}", "type")])
-    try:
-        spec = DocumentSpec.model_validate(data)
-    except ValidationError as exc:
-        raise DocumentInvalid(pydantic_errors(exc)) from None
+    spec = _validated(DocumentSpec, data, extra=list(_duplicate_names(data.get("rules"))))
     rules = [rule.document() for rule in spec.rules or []]
-    errors = list(_duplicate_names(rules))
-    if errors:
-        raise DocumentInvalid(errors)
     name_rules(rules)
     return {
         "version": 1,
@@ -336,10 +342,35 @@ def validate_document(data: Any) -> dict[str, Any]:
 
 def validate_part(model: type[Strict], data: Any, prefix: str = "") -> dict[str, Any]:
     """Validate one part of a document (a match, a response, a rule) on its own."""
+    return _validated(model, data, prefix).document()
+
+
+SpecModel = TypeVar("SpecModel", bound=Strict)
+
+
+def _validated(
+    model: type[SpecModel], data: Any, prefix: str = "", extra: list[FieldError] | None = None
+) -> SpecModel:
+    """``data`` as ``model``, or every problem at once: values JSON and the database could not
+    hold back as they are (``core.storable``), the schema's own, and ``extra``.
+
+    A schema error under a value already refused would only repeat it, so it is left out.
+    """
+    errors = [FieldError(*problem) for problem in storable_problems(data, prefix)]
+    errors.extend(extra or [])
     try:
-        return model.model_validate(data).document()
+        spec = model.model_validate(data)
     except ValidationError as exc:
-        raise DocumentInvalid(pydantic_errors(exc, prefix)) from None
+        refused = tuple(error.path for error in errors)
+        found = pydantic_errors(exc, prefix, model)
+        errors.extend(e for e in found if not _under(e.path, refused))
+    if errors:
+        raise DocumentInvalid(errors)
+    return spec
+
+
+def _under(path: str, parents: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith((f"{p}.", f"{p}[")) for p in parents)
 
 
 def name_rules(rules: list[dict[str, Any]], taken: Iterable[str] = ()) -> None:
@@ -361,11 +392,12 @@ def name_rules(rules: list[dict[str, Any]], taken: Iterable[str] = ()) -> None:
             rule[key] = rule.pop(key)
 
 
-def _duplicate_names(rules: list[dict[str, Any]]) -> Iterable[FieldError]:
+def _duplicate_names(rules: Any) -> Iterable[FieldError]:
+    """Names given twice among the raw ``rules`` (found alongside every other problem)."""
     first_seen: dict[str, int] = {}
-    for index, rule in enumerate(rules):
-        name = rule.get("name")
-        if name is None:
+    for index, rule in enumerate(rules if isinstance(rules, list) else []):
+        name = rule.get("name") if isinstance(rule, dict) else None
+        if not isinstance(name, str):
             continue
         if name in first_seen:
             yield FieldError(
@@ -377,12 +409,47 @@ def _duplicate_names(rules: list[dict[str, Any]]) -> Iterable[FieldError]:
             first_seen[name] = index
 
 
-def pydantic_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
+def pydantic_errors(
+    exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+) -> list[FieldError]:
+    """Pydantic's errors as ``FieldError``; an unknown key of ``model`` gets a "did you mean"."""
     errors = []
     for item in exc.errors(include_url=False):
         path = format_path(item["loc"], prefix)
-        errors.append(FieldError(path, _message(item), _code(item["type"])))
+        message = _message(item)
+        if item["type"] == "extra_forbidden" and model is not None:
+            message += _did_you_mean(model, item["loc"])
+        errors.append(FieldError(path, message, _code(item["type"])))
     return errors
+
+
+def _did_you_mean(model: type[BaseModel], loc: tuple[str | int, ...]) -> str:
+    """`` (did you mean 'query'?)`` for a key close to one its mapping knows, else nothing."""
+    known = _keys_at(model, loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _keys_at(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> list[str]:
+    """The keys the mapping at ``loc`` (inside ``model``) takes; none when it is free-form."""
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, str):
+            field = model.model_fields.get(part)
+            model = _model_in(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, through ``X | None`` and ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def format_path(loc: Iterable[str | int], prefix: str = "") -> str:

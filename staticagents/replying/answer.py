@@ -9,12 +9,14 @@ writer (``replying.journal``).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import sqlite3
 import time
+import weakref
 from typing import Any
 
-from channels.db import database_sync_to_async
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import F, QuerySet
 
 from staticagents.conf import settings
@@ -23,11 +25,14 @@ from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, m
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
 from staticagents.models import SessionCounter
+from staticagents.replying.database import ConnectionThreads, connect_sqlite, sqlite_file
 from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset, current_ruleset
 
 SEQUENCE_KEY = "seq"
 CHAOS_KEY = "chaos"
+# Where the event loop advances the sessions' counters (rules with session state).
+counter_threads = ConnectionThreads(4, name="static-agents-counters")
 
 
 @value_class
@@ -67,10 +72,13 @@ async def aanswer_inquiry(
     if ruleset is None:
         ruleset = await current_ruleset()
     rule = match_inquiry(ruleset, inquiry)
+    step = Step()
     if rule is not None and rule.stateful:
-        step = await database_sync_to_async(next_step)(rule, inquiry)
-    else:
-        step = Step()
+        advanced = loop_counters.advance(rule, inquiry) if _plain_sequence(rule) else None
+        if advanced is not None:
+            step = Step(index=advanced - 1)
+        else:
+            step = await counter_threads.run(next_step, rule, inquiry)
     reply = build_reply(ruleset, inquiry, rule, step)
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
@@ -86,7 +94,13 @@ def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
     in any number of processes each get their own position. A fail-first
     attempt does not advance the sequence: the failures come first, then the
     reply that position scripts.
+
+    A plain sequence (no response fails first or draws chaos: a ``replies()``
+    script, say) advances in one statement, where the database can say what it
+    wrote (an upsert ``RETURNING`` the count).
     """
+    if _plain_sequence(rule) and connection.features.can_return_columns_from_insert:
+        return Step(index=_advance(inquiry.session, rule.name) - 1)
     with transaction.atomic():
         index = _locked_count(inquiry.session, rule.name, SEQUENCE_KEY) if rule.sequenced else 0
         if _fails_first(rule, index, inquiry):
@@ -94,6 +108,65 @@ def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:
         if rule.sequenced:
             _counter(inquiry.session, rule.name, SEQUENCE_KEY).update(count=F("count") + 1)
         return Step(index=index, request=_chaos_request(rule, index, inquiry))
+
+
+def _plain_sequence(rule: CompiledRule) -> bool:
+    return rule.sequenced and not any(r.get("fail_first") or r.get("chaos") for r in rule.responses)
+
+
+def _advance(session: str, rule: str) -> int:
+    """Count one more request of ``session`` to ``rule``'s sequence; the count, from 1."""
+    with connection.cursor() as cursor:
+        cursor.execute(_advance_sql("%s"), [session, rule, SEQUENCE_KEY])
+        return int(cursor.fetchone()[0])
+
+
+def _advance_sql(placeholder: str) -> str:
+    """One statement that counts a request to a sequence and returns the count."""
+    table = f'"{SessionCounter._meta.db_table}"'
+    return (
+        f'INSERT INTO {table} ("session", "rule", "key", "count") '
+        f"VALUES ({placeholder}, {placeholder}, {placeholder}, 1) "
+        'ON CONFLICT ("session", "rule", "key") '
+        f'DO UPDATE SET "count" = {table}."count" + 1 RETURNING "count"'
+    )
+
+
+class LoopCounters:
+    """A plain sequence advanced on the event loop itself, on the loop's own connection to
+    the SQLite file (one upsert: microseconds there, where a thread hop waits for a core).
+
+    ``advance`` gives None when it cannot (another database, a SQLite without
+    ``RETURNING``, or the file busy: the loop never waits for its lock); the
+    caller then takes ``counter_threads``.
+    """
+
+    def __init__(self) -> None:
+        self.connections: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, sqlite3.Connection | None
+        ] = weakref.WeakKeyDictionary()
+
+    def advance(self, rule: CompiledRule, inquiry: Inquiry) -> int | None:
+        db = self._connection()
+        if db is None:
+            return None
+        try:
+            # fetchall: the statement must run to its end to commit (autocommit mode).
+            rows = db.execute(_advance_sql("?"), (inquiry.session, rule.name, SEQUENCE_KEY))
+            return int(rows.fetchall()[0][0])
+        except sqlite3.OperationalError:
+            return None
+
+    def _connection(self) -> sqlite3.Connection | None:
+        loop = asyncio.get_running_loop()
+        if loop not in self.connections:
+            db = connections[DEFAULT_DB_ALIAS]
+            usable = sqlite_file(db) is not None and sqlite3.sqlite_version_info >= (3, 35)
+            self.connections[loop] = connect_sqlite(db) if usable else None
+        return self.connections[loop]
+
+
+loop_counters = LoopCounters()
 
 
 def _chaos_request(rule: CompiledRule, index: int, inquiry: Inquiry) -> int:

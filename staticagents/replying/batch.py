@@ -15,14 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from channels.db import database_sync_to_async
-
 from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import CompiledRule, Ruleset, match_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
-from staticagents.replying.answer import journal_entry, next_step
+from staticagents.replying.answer import counter_threads, journal_entry, next_step
 from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import current_ruleset
 
@@ -61,7 +59,7 @@ async def aanswer_inquiries(
         ruleset = await current_ruleset()
     rules = await _matched(ruleset, inquiries)
     if any(rule is not None and rule.stateful for rule in rules):
-        steps = await database_sync_to_async(next_steps)(rules, inquiries)
+        steps = await counter_threads.run(next_steps, rules, inquiries)
     else:
         steps = [Step()] * len(rules)
     replies = tuple(

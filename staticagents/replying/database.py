@@ -11,6 +11,10 @@ work (the ruleset stamp, a journal row). Two ways serve them together:
   the loop itself (a read or a commit there takes microseconds). It exists only
   for a database file (``sqlite_file``): an in-memory database cannot be shared
   with a second connection.
+
+And ``ConnectionThreads`` runs one call at a time per thread on a small pool of
+threads that keep their Django connections from one call to the next (Channels'
+``database_sync_to_async`` closes and opens one around every call).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Generic, ParamSpec, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 
 P = TypeVar("P")
 R = TypeVar("R")
+A = ParamSpec("A")
 
 
 class _Waiter(Generic[P, R]):
@@ -177,3 +183,35 @@ def connect_sqlite(db: BaseDatabaseWrapper, *, configure: bool = True) -> sqlite
     if configure and init_command:
         connection.executescript(init_command)
     return connection
+
+
+class ConnectionThreads:
+    """``await threads.run(func, *args)``: ``func(*args)`` on one of ``size`` threads,
+    each keeping its database connections for its next call (``tidy_connections``)."""
+
+    def __init__(self, size: int, *, name: str) -> None:
+        self.executor = ThreadPoolExecutor(size, thread_name_prefix=name)
+
+    async def run(self, func: Callable[A, R], *args: A.args, **kwargs: A.kwargs) -> R:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: _tidied(func, *args, **kwargs))
+
+
+def _tidied(func: Callable[A, R], *args: A.args, **kwargs: A.kwargs) -> R:
+    try:
+        return func(*args, **kwargs)
+    finally:
+        tidy_connections()
+
+
+def tidy_connections() -> None:
+    """Keep this thread's database connections for its next call, unless one broke or
+    came from a pool (closing it then returns it to the pool, cheaply)."""
+    for connection in connections.all(initialized_only=True):
+        if "pool" in connection.settings_dict.get("OPTIONS", {}):
+            connection.close()
+        elif connection.errors_occurred:
+            if connection.is_usable():
+                connection.errors_occurred = False
+            else:
+                connection.close()

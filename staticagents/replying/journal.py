@@ -8,7 +8,11 @@
   chat turns): the same, on the thread's own Django connection, inside its
   transaction if it has one;
 * ``await journal.mark(entry_id, outcome)``: record that a stream ended early
-  (``cancelled``: the client left; ``cut_off``: it ran too long).
+  (``cancelled``: the client left; ``cut_off``: it ran too long);
+* ``await journal.run(job)`` (``journal.run_now(job)`` in a thread): run a
+  dialect's own statements (a Galaxy exchange saved, an ADK session opened) in
+  the next round's transaction, each job in a savepoint of its own, so that one
+  that fails fails only its request (``Statements``).
 
 On the event loop, many requests wait at once for their rows to be committed,
 so rows are written in rounds, one multi-row insert per round (a group commit),
@@ -48,7 +52,7 @@ import sqlite3
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -61,6 +65,7 @@ from django.db.models import Field
 from staticagents.conf import settings
 from staticagents.models import JournalEntry
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
+from staticagents.replying.recorded import note_entry, note_outcome
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,77 @@ class _Mark:
     outcome: str
 
 
+class Statements:
+    """What a job (``JournalWriter.run``) may do with the round's connection, in its
+    transaction: SQL written with ``%s`` placeholders on either kind of connection."""
+
+    def __init__(
+        self, db: BaseDatabaseWrapper, cursor: Any, placeholder: str, tables: _Tables
+    ) -> None:
+        self.db = db
+        self.cursor = cursor
+        self.placeholder = placeholder
+        self.tables = tables
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.placeholder == "%s" else sql.replace("%s", self.placeholder)
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows ``sql`` selects."""
+        self.cursor.execute(self._sql(sql), params)
+        return list(self.cursor.fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute ``sql``; the number of rows it changed."""
+        self.cursor.execute(self._sql(sql), params)
+        return int(self.cursor.rowcount)
+
+    def insert(self, model: type[models.Model], rows: list[Entry]) -> list[int]:
+        """Insert ``rows`` of ``model`` (by field name, absent fields take their defaults)
+        as the journal inserts its entries; their ids, in order."""
+        ids: list[int] = []
+        for sql, values, _ in self.tables(model, self.db, self.placeholder).inserts(
+            self.db, rows, returning=True
+        ):
+            self.cursor.execute(sql, values)
+            ids.extend(int(row[0]) for row in self.cursor.fetchall())
+        return ids
+
+    def append(self, model: type[models.Model], rows: list[Entry]) -> None:
+        """``insert``, for rows whose ids nobody needs."""
+        for sql, values, _ in self.tables(model, self.db, self.placeholder).inserts(
+            self.db, rows, returning=False
+        ):
+            self.cursor.execute(sql, values)
+
+    def param(self, model: type[models.Model], name: str, value: Any) -> Any:
+        """``value`` for the column of ``model``'s field ``name``, as an insert would pass it."""
+        for column in self.tables(model, self.db, self.placeholder).columns.adapted:
+            if column.name == name:
+                if value is _NOW:
+                    value = _insert_time(column.field)
+                return column.adapt(self.db, value)
+        return value
+
+    def now(self, model: type[models.Model], name: str) -> Any:
+        """The time now, for ``model``'s date-time field ``name``."""
+        return self.param(model, name, _NOW)
+
+    @staticmethod
+    def json(value: Any) -> Any:
+        """A JSON column's value as read: text on SQLite, decoded already elsewhere."""
+        return orjson.loads(value) if isinstance(value, str | bytes) else value
+
+
+Job = Callable[[Statements], Any]
+_Tables = Callable[[type[models.Model], BaseDatabaseWrapper, str], "_Table"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    job: Job
+
+
 class JournalWriter:
     """Writes the rows of ``model`` (the journal) to the database ``using`` (see the module doc)."""
 
@@ -91,7 +167,8 @@ class JournalWriter:
         self.using = using
         self._cap = _Cap()
         self._tables: dict[tuple[str, str], _Table] = {}
-        self._thread: RoundThread[Entry | _Mark, int | None] = RoundThread(
+        self._others: dict[tuple[type[models.Model], str, str], _Table] = {}
+        self._thread: RoundThread[Entry | _Mark | _Job, Any] = RoundThread(
             self._serve_round, name="static-agents-journal", using=using
         )
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBackend | None] = (
@@ -102,6 +179,7 @@ class JournalWriter:
 
     async def record(self, entry: Entry) -> int:
         """Insert ``entry``; its id, once it is committed."""
+        note_entry(entry)
         backend = self._on_loop()
         if backend is not None:
             return await backend.insert(entry)
@@ -109,6 +187,7 @@ class JournalWriter:
 
     def record_now(self, entry: Entry) -> int:
         """Insert ``entry`` on this thread's connection (in its transaction, if any); its id."""
+        note_entry(entry)
         db = connections[self.using]
         with transaction.atomic(using=self.using):
             [pk] = _write(db, self._table(db, "%s"), self._cap, [entry], [])
@@ -118,11 +197,29 @@ class JournalWriter:
         """Set the outcome of the entry ``entry_id`` (nothing when it is None)."""
         if entry_id is None:
             return
+        note_outcome(outcome)
         backend = self._on_loop()
         if backend is not None:
             await backend.mark(entry_id, outcome)
         else:
             await self._thread.submit(_Mark(entry_id, outcome))
+
+    def run_now(self, job: Job) -> Any:
+        """Run ``job`` on this thread's connection (in its transaction, if any); its result."""
+        db = connections[self.using]
+        with transaction.atomic(using=self.using), db.cursor() as cursor:
+            return job(Statements(db, cursor, "%s", self._any_table))
+
+    async def run(self, job: Job) -> Any:
+        """Run ``job`` in the next round's transaction (in a savepoint); its result, once
+        the round is committed. A job that raises fails its own request only."""
+        backend = self._on_loop()
+        if backend is not None:
+            return await backend.run(job)
+        result = await self._thread.submit(_Job(job))
+        if isinstance(result, _Failed):
+            raise result.error
+        return result
 
     def close(self) -> None:
         """Stop the database thread and close the loops' connections (a new use reopens them)."""
@@ -156,14 +253,34 @@ class JournalWriter:
             table = self._tables[key] = _Table(self.model, db, placeholder)
         return table
 
-    def _serve_round(self, items: list[Entry | _Mark]) -> list[int | None]:
-        """One round of the database thread: every row and mark in one transaction."""
+    def _any_table(
+        self, model: type[models.Model], db: BaseDatabaseWrapper, placeholder: str
+    ) -> _Table:
+        """The statements for another model's rows (a job's inserts) on ``db``'s kind of
+        database."""
+        key = (model, db.vendor, placeholder)
+        table = self._others.get(key)
+        if table is None:
+            table = self._others[key] = _Table(model, db, placeholder)
+        return table
+
+    def _serve_round(self, items: list[Entry | _Mark | _Job]) -> list[Any]:
+        """One round of the database thread: every job, row and mark in one transaction."""
         db = connections[self.using]
-        entries = [item for item in items if not isinstance(item, _Mark)]
+        entries = [item for item in items if not isinstance(item, _Mark | _Job)]
         marks = [item for item in items if isinstance(item, _Mark)]
+        jobs = [item.job for item in items if isinstance(item, _Job)]
         with transaction.atomic(using=self.using):
+            with db.cursor() as cursor:
+                done = iter(_run_jobs(Statements(db, cursor, "%s", self._any_table), jobs))
             ids = iter(_write(db, self._table(db, "%s"), self._cap, entries, marks))
-        return [None if isinstance(item, _Mark) else next(ids) for item in items]
+        results: list[Any] = []
+        for item in items:
+            if isinstance(item, _Job):
+                results.append(next(done))  # a _Failed one is raised by ``run``
+            else:
+                results.append(None if isinstance(item, _Mark) else next(ids))
+        return results
 
 
 def _write(
@@ -182,6 +299,46 @@ def _write(
         if cutoff:
             cursor.execute(table.prune_sql, [cutoff])
     return ids
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    error: Exception
+
+
+def _run_jobs(statements: Statements, jobs: list[Job]) -> list[Any]:
+    """Each job's result, or a ``_Failed`` with its error.
+
+    The jobs run together in one savepoint; when one fails, that savepoint is
+    rolled back and each job runs again in a savepoint of its own, so a failing
+    job undoes only its own work (a job acts only through ``statements``, so it
+    may run twice). Two statements a round rather than two a job.
+    """
+    if not jobs:
+        return []
+    cursor = statements.cursor
+    cursor.execute("SAVEPOINT static_agents_jobs")
+    try:
+        results = [job(statements) for job in jobs]
+    except Exception:
+        cursor.execute("ROLLBACK TO SAVEPOINT static_agents_jobs")
+        cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
+        return [_run_job(statements, job) for job in jobs]
+    cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
+    return results
+
+
+def _run_job(statements: Statements, job: Job) -> Any:
+    """Run ``job`` in a savepoint: its result, or a ``_Failed`` with its error (rolled back)."""
+    statements.cursor.execute("SAVEPOINT static_agents_job")
+    try:
+        result = job(statements)
+    except Exception as exc:
+        statements.cursor.execute("ROLLBACK TO SAVEPOINT static_agents_job")
+        statements.cursor.execute("RELEASE SAVEPOINT static_agents_job")
+        return _Failed(_as_django_error(exc))
+    statements.cursor.execute("RELEASE SAVEPOINT static_agents_job")
+    return result
 
 
 class _Cap:
@@ -207,6 +364,7 @@ class _Cap:
 
 _Inserts = list[tuple[Entry, asyncio.Future[int]]]
 _Marks = list[tuple[_Mark, asyncio.Future[None]]]
+_Jobs = list[tuple[Job, asyncio.Future[Any]]]
 
 
 class _LoopBackend:
@@ -225,11 +383,13 @@ class _LoopBackend:
         self.loop = loop
         self.db = db
         self.table = writer._table(db, "?")
+        self.tables = writer._any_table
         self.cap = writer._cap
         self.lock_timeout = float(db.settings_dict.get("OPTIONS", {}).get("timeout", 5))
         self.connection = connect_sqlite(db)
         self.inserts: _Inserts = []
         self.marks: _Marks = []
+        self.jobs: _Jobs = []
         self.scheduled = False
         self.locked_since: float | None = None
 
@@ -245,6 +405,12 @@ class _LoopBackend:
         self._schedule()
         return future
 
+    def run(self, job: Job) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self.jobs.append((job, future))
+        self._schedule()
+        return future
+
     def _schedule(self) -> None:
         if not self.scheduled:
             self.scheduled = True
@@ -255,19 +421,29 @@ class _LoopBackend:
             self.connection.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if not self._retry_later(exc):
-                _fail(*self._take(), exc)
+                inserts, marks, jobs = self._take()
+                _fail(inserts, marks, exc, jobs)
             return
         self.locked_since = None
-        inserts, marks = self._take()
+        inserts, marks, jobs = self._take()
         try:
+            statements = Statements(self.db, self.connection.cursor(), "?", self.tables)
+            outcomes = _run_jobs(statements, [job for job, _ in jobs])
             ids = self._write([entry for entry, _ in inserts], [mark for mark, _ in marks])
             self.connection.execute("COMMIT")
         except Exception as exc:
             if self.connection.in_transaction:
                 self.connection.execute("ROLLBACK")
             log.exception("journal round failed")
-            _fail(inserts, marks, exc)
+            _fail(inserts, marks, exc, jobs)
             return
+        for (_, waiting), outcome in zip(jobs, outcomes, strict=True):
+            if waiting.done():
+                continue
+            if isinstance(outcome, _Failed):
+                waiting.set_exception(outcome.error)
+            else:
+                waiting.set_result(outcome)
         for (_, future), pk in zip(inserts, ids, strict=True):
             if not future.done():  # else the request was cancelled meanwhile
                 future.set_result(pk)
@@ -305,16 +481,17 @@ class _LoopBackend:
         self.loop.call_later(self.RETRY_SECONDS, self._round)
         return True
 
-    def _take(self) -> tuple[_Inserts, _Marks]:
-        taken = self.inserts, self.marks
-        self.inserts, self.marks, self.scheduled = [], [], False
+    def _take(self) -> tuple[_Inserts, _Marks, _Jobs]:
+        taken = self.inserts, self.marks, self.jobs
+        self.inserts, self.marks, self.jobs, self.scheduled = [], [], [], False
         return taken
 
 
-def _fail(inserts: _Inserts, marks: _Marks, exc: Exception) -> None:
+def _fail(inserts: _Inserts, marks: _Marks, exc: Exception, jobs: _Jobs) -> None:
     """Hand each waiting request the error, as Django's exception class of the same name."""
     futures: list[asyncio.Future[Any]] = [future for _, future in inserts]
     futures.extend(future for _, future in marks)
+    futures.extend(future for _, future in jobs)
     for future in futures:
         if not future.done():
             future.set_exception(_as_django_error(exc))
@@ -334,6 +511,7 @@ def _as_django_error(exc: Exception) -> Exception:
 Adapter = Callable[[BaseDatabaseWrapper, Any], Any]
 _NOW = object()  # the default of an ``auto_now(_add)`` column: the time of the insert
 _BATCH = 200  # rows per statement: well under every backend's parameter limit
+_AUTO = frozenset({models.AutoField, models.BigAutoField, models.SmallAutoField})
 # Fields whose values (str, int, float, bool or None) are already what the database takes.
 _AS_IS = frozenset(
     {
@@ -461,6 +639,9 @@ def _adapter(field: Field[Any, Any], vendor: str) -> Adapter | None:
     kind = type(field)
     if kind in _AS_IS:
         return None
+    target = getattr(field, "target_field", None)
+    if kind is models.ForeignKey and type(target) in _AUTO:
+        return None  # the id of the row it points to: an integer, as it is
     if vendor == "sqlite" and kind is models.JSONField and field.encoder is None:  # type: ignore[attr-defined]
         return _sqlite_json
     if vendor == "sqlite" and kind is models.DateTimeField:

@@ -4,7 +4,9 @@ The snapshot is built from the stored rules once per version of them and kept
 in this process. The version is the stamp in ``RulesetState``, which every
 write to the rules changes, so each worker notices an edit made through any
 other on its next request: a request reads the stamp (one indexed read) and
-rebuilds only when it changed.
+rebuilds only when it changed. A rebuild reads and compiles only the rules
+whose document changed (``Rule.digest``, ``RuleCompiler``). The sessions' scripts have a stamp of
+their own beside it: a new script reloads the scripts and rebuilds no rule.
 
 ``active_ruleset()`` is for code in a thread (it reads the stamp on the thread's
 Django connection); ``await current_ruleset()`` for the event loop, where many
@@ -25,21 +27,28 @@ import asyncio
 import sqlite3
 import threading
 import weakref
+from dataclasses import replace
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from staticagents.conf import settings
-from staticagents.core.matching import Ruleset, compile_ruleset
+from staticagents.core.matching import RuleCompiler, Ruleset, compile_ruleset, compile_scripts
 from staticagents.models import RulesetState
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
-from staticagents.selectors import stored_document
+from staticagents.selectors import stored_defaults_and_fallback, stored_rules, stored_scripts
 
 # Raw SQL: it runs on every request, and the ORM would cost it ten times over.
-STAMP_SQL = f"SELECT stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
+# One string for both stamps, "<rules>:<scripts>", so a request compares one value.
+STAMP_SQL = f"SELECT stamp || ':' || scripts_stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
 
 _snapshot: Ruleset | None = None
 _snapshot_lock = threading.Lock()
+# What the snapshots of this process compiled; ``compiler.compiled`` counts the rules.
+compiler = RuleCompiler()
+# The documents of the rules of the last two snapshots, by digest: not read again.
+_documents: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] = ({}, {})
 
 
 def ruleset_stamp() -> str:
@@ -59,7 +68,7 @@ def active_ruleset() -> Ruleset:
     with _snapshot_lock:
         if _snapshot is not None and _snapshot.stamp == ruleset_stamp():
             return _snapshot
-        _snapshot = build_ruleset()
+        _snapshot = build_ruleset(_snapshot)
         return _snapshot
 
 
@@ -74,20 +83,46 @@ async def current_ruleset() -> Ruleset:
     return await sync_to_async(active_ruleset, thread_sensitive=False)()
 
 
-def build_ruleset() -> Ruleset:
-    """Compile the stored rules, with the stamp they were read at."""
+def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
+    """Compile the stored rules and scripts, with the stamp they were read at; when only
+    the scripts changed since ``previous``, its rules are kept as they are."""
+    global _documents
+    window = settings.STATIC_AGENTS_MATCH_WINDOW
+    outermost = not connection.in_atomic_block
     with transaction.atomic():  # one consistent read: never half an old fixture
+        if outermost:
+            _read_one_snapshot()
         stamp = ruleset_stamp()
-        document = stored_document()
-    defaults = dict(document["defaults"])
+        scripts = compile_scripts(stored_scripts(), window=window)
+        if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
+            return replace(previous, stamp=stamp, scripts=scripts)
+        rules = stored_rules({**_documents[1], **_documents[0]})
+        stored_defaults, fallback = stored_defaults_and_fallback()
+    _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])
+    defaults = dict(stored_defaults)
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
     return compile_ruleset(
         stamp=stamp,
-        rules=document["rules"],
+        rules=[rule for _, rule in rules],
         defaults=defaults,
-        fallback=document["fallback"],
-        window=settings.STATIC_AGENTS_MATCH_WINDOW,
+        fallback=fallback,
+        window=window,
+        scripts=scripts,
+        compiler=compiler,
     )
+
+
+def _read_one_snapshot() -> None:
+    """On PostgreSQL, make the transaction just begun read one snapshot of the database
+    (its default, READ COMMITTED, lets each statement see what committed meanwhile;
+    SQLite's transactions read one snapshot already)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+
+def _rules_part(stamp: str) -> str:
+    return stamp.partition(":")[0]
 
 
 def server_stream_defaults() -> dict[str, int]:

@@ -24,6 +24,10 @@ Other work does not hold streams back by keeping the loop busy: the requests
 a turn starts are bounded (``turns.Turnstile``), so their work cannot feed on
 itself the way frames do. A few streams always run, and none waits longer than
 ``HOLD_LIMIT_SECONDS``.
+
+A service told to stop (``stop``, on SIGTERM or SIGINT) paces nothing more:
+every waiting stream is woken, and from then on each sends what remains of its
+script at once, so its client still gets the whole reply and its end marker.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Callable
 from time import perf_counter
 
 from staticagents.serving.loop_local import LoopLocal
+from staticagents.serving.metrics import STREAMS_OPEN
 
 SLOT_SECONDS = 0.001
 # A turn that begins its wake-ups later than this has more work than the loop can do on time.
@@ -78,13 +83,18 @@ class Pacer:
         self.share = 0.0  # their share of the loop's time, smoothed over SHARE_WINDOW_SECONDS
         self.measured = (clock(), 0.0)  # the clock, and ``spent`` then
         self.in_turn = False  # a wake-up has run in this turn of the loop
+        self.stopping = False  # the service is stopping: no more waiting (see ``stop``)
 
     def until(self, when: float) -> asyncio.Future[None]:
         """A future resolved at ``when`` (the loop's clock), or within the millisecond after.
 
         Cancelling it (as cancelling the task that awaits it does) just drops it.
+        Once the service is stopping, it is resolved at once.
         """
         waiter = self.loop.create_future()
+        if self.stopping:
+            waiter.set_result(None)
+            return waiter
         self._slot(math.ceil(when / SLOT_SECONDS)).append(waiter)
         return waiter
 
@@ -99,7 +109,7 @@ class Pacer:
         passes what this returned to ``end`` when the stream is over, or given
         up (cancelling the future gives up the place).
         """
-        if not self.held and self.has_room():
+        if self.stopping or (not self.held and self.has_room()):
             self.running += 1
             return None
         waiter = self.loop.create_future()
@@ -111,6 +121,20 @@ class Pacer:
         """The stream that ``begin`` answered with ``place`` is over: it ran, or gave up."""
         if place is None or (place.done() and not place.cancelled()):
             self.running -= 1
+
+    def stop(self) -> None:
+        """The service is stopping: wake every waiting stream now, and wait no more."""
+        self.stopping = True
+        slots, self.slots = self.slots, {}
+        for waiters in slots.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        while self.held:
+            waiter = self.held.popleft()[0]
+            if not waiter.done():
+                waiter.set_result(None)
+                self.running += 1
 
     def sent(self, started: float) -> None:
         """A stream's send that began at ``started`` (a reading of ``clock``) is done.
@@ -142,6 +166,9 @@ class Pacer:
         self._slot(math.floor(self.loop.time() / SLOT_SECONDS) + 1)
 
     def _wake(self, slot: int) -> None:
+        waiters = self.slots.pop(slot, None)
+        if waiters is None:
+            return  # woken already by ``stop``
         if not self.in_turn:
             # The first wake-up of a turn is its latest: the slots that came due
             # while the loop was busy follow it, in their order, in the same turn.
@@ -149,7 +176,7 @@ class Pacer:
             self.loop.call_soon(self._turn_over)  # runs after this turn's timers
             self.late = self.loop.time() - slot * SLOT_SECONDS
             self._measure_share()
-        for waiter in self.slots.pop(slot):
+        for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
         if self.held:
@@ -182,7 +209,8 @@ class Pacer:
 
 
 class Place:
-    """A stream's place among the running streams of a pacer (see ``Pacer.place``)."""
+    """A stream's place among the running streams of a pacer (see ``Pacer.place``); it
+    counts as open (``static_agents_streams_open``) from its arrival to its end."""
 
     __slots__ = ("pacer", "waiter")
 
@@ -191,16 +219,19 @@ class Place:
         self.waiter: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> None:
+        STREAMS_OPEN.inc()
         self.waiter = waiter = self.pacer.begin()
         if waiter is not None:
             try:
                 await waiter
             except BaseException:  # cancelled while held, or just after being let begin
                 self.pacer.end(waiter)
+                STREAMS_OPEN.dec()
                 raise
 
     async def __aexit__(self, *exc: object) -> None:
         self.pacer.end(self.waiter)
+        STREAMS_OPEN.dec()
 
 
 _pacers = LoopLocal(Pacer)

@@ -29,7 +29,7 @@ import orjson
 from staticagents.conf import settings
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Fault
-from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
 from staticagents.core.timing import TimedFrame
 from staticagents.replying.journal import journal
 from staticagents.serving import access
@@ -102,6 +102,8 @@ class ReplyRoute:
     """
 
     key_sources: ClassVar[access.KeySources] = access.OPENAI
+    # The methods the route takes, when not all: the router passes others on (router.py).
+    only_methods: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, scope: Scope, send: Send) -> None:
         self.scope = scope
@@ -295,8 +297,12 @@ class ReplyRoute:
         )
         await self._send({"type": "http.response.body", "body": body})
 
-    async def start_sse(self, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
-        self.watch()  # a stream lasts: a client that leaves it stops it
+    async def start_sse(
+        self, headers: Iterable[tuple[bytes, bytes]] = (), *, watch: bool = True
+    ) -> None:
+        """Start the response of a stream; ``watch=False`` for one sent whole at once."""
+        if watch:
+            self.watch()  # a stream lasts: a client that leaves it stops it
         self.headers_sent = True
         await self._send(
             {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
@@ -310,7 +316,7 @@ class ReplyRoute:
         await self._send({"type": "http.response.body", "body": data})
 
     async def send_paced(
-        self, frames: Iterable[TimedFrame], closing: bytes | None = None
+        self, frames: Iterable[TimedFrame], closing: bytes | None = None, *, paced: bool = True
     ) -> CutOff | None:
         """Send the frames as server-sent events, each at its offset from the stream's
         start (``serving/stream.py``); a ``CutOff`` if the maximum duration cut it off.
@@ -318,6 +324,7 @@ class ReplyRoute:
         With ``closing``, a stream that runs its course ends the response with
         those bytes, in the same write as its last frames; a stream cut off
         leaves the response open, for the dialect's own word on why it ended.
+        ``paced=False``: every frame is due at once (``stream.paced``).
         """
         finish = None if closing is None else self.closer(closing)
         timer = pacer(self.loop)
@@ -330,6 +337,7 @@ class ReplyRoute:
             timer=timer,
             fault=self.fault,
             error_frame=self.fault_frame,
+            paced=paced,
         )
         return await self.unless_faulted(sent)
 
@@ -382,4 +390,9 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     where = nul_in_json(body, payload)
     if where is not None:
         raise RequestRejected(400, f"{where}: {NUL_PROBLEM}", param=where)
+    # Requests are stored and echoed (metadata, stored responses): no deeper than renderers go.
+    where = too_deep_in_json(body, payload)
+    if where is not None:
+        message = f"{where}: nested deeper than {MAX_DEPTH} levels"
+        raise RequestRejected(400, message, param=where)
     return payload

@@ -14,7 +14,8 @@ from django.urls import URLPattern
 
 from staticagents.serving.route import Receive, Scope, Send
 
-Resolved = tuple[Any, dict[str, Any]] | None  # (handler, url_route), or no reply route
+# (handler, url_route, the methods it takes or None for all), or no reply route
+Resolved = tuple[Any, dict[str, Any], frozenset[str] | None] | None
 
 
 class ReplyRouter:
@@ -23,16 +24,19 @@ class ReplyRouter:
     The routes are Django URL patterns (``path``/``re_path``), matched against the
     path without its leading slash; what they capture is in
     ``scope["url_route"]["kwargs"]``, as Channels' router puts it. The path is taken
-    below ``root_path`` (where ``SessionPrefix`` puts a session prefix). A path's
+    below ``root_path`` (where ``SessionPrefix`` puts a session prefix). A route whose
+    ``only_methods`` is set takes only those methods: other requests on its path go
+    on to ``app`` (a DRF view that also serves a reply POST's schema). A path's
     resolution is remembered (up to ``CACHE_SIZE`` paths, then forgotten at once).
     """
 
     CACHE_SIZE = 4096
 
     def __init__(self, routes: list[URLPattern], app: Any) -> None:
+        handlers = [getattr(route.callback, "handler_class", route.callback) for route in routes]
         self.routes = [
-            (route.pattern.match, getattr(route.callback, "handler_class", route.callback))
-            for route in routes
+            (route.pattern.match, handler, getattr(handler, "only_methods", None))
+            for route, handler in zip(routes, handlers, strict=True)
         ]
         self.app = app
         self.resolved: dict[str, Resolved] = {}
@@ -48,20 +52,22 @@ class ReplyRouter:
             except KeyError:
                 resolved = self.resolve(path)
             if resolved is not None:
-                handler, scope["url_route"] = resolved
-                if isinstance(handler, type):  # a ReplyRoute: made here, no wrapper between
-                    await handler(scope, send).run(receive)
-                else:
-                    await handler(scope, receive, send)
-                return
+                handler, route, methods = resolved
+                if methods is None or scope["method"] in methods:
+                    scope["url_route"] = route
+                    if isinstance(handler, type):  # a ReplyRoute: made here, no wrapper between
+                        await handler(scope, send).run(receive)
+                    else:
+                        await handler(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
 
     def resolve(self, path: str) -> Resolved:
         resolved: Resolved = None
-        for match, handler in self.routes:
+        for match, handler, methods in self.routes:
             found = match(path[1:])
             if found is not None:
-                resolved = handler, {"args": found[1], "kwargs": found[2]}
+                resolved = handler, {"args": found[1], "kwargs": found[2]}, methods
                 break
         if len(self.resolved) >= self.CACHE_SIZE:
             self.resolved.clear()

@@ -28,7 +28,8 @@ A ``Faulted`` tells the caller to end the response without its end marker.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from staticagents.conf import settings
@@ -65,6 +66,7 @@ async def send_paced(
     timer: Pacer | None = None,
     fault: Fault | None = None,
     error_frame: Callable[[float], TimedFrame] | None = None,
+    paced: bool = True,
 ) -> CutOff | Faulted | None:
     """Send each frame at its offset from the stream's start; a ``CutOff`` if cut off,
     a ``Faulted`` if its scripted ``fault`` failed it, else None.
@@ -75,10 +77,13 @@ async def send_paced(
     the journal entry to mark when the stream is cut off or faulted; ``timer``
     the running loop's pacer, when the caller has it at hand; ``error_frame``
     the dialect's error frame for an ``error_event`` fault, due at a given offset.
+    ``paced=False`` says every frame is due at once: the stream is one write, as a
+    JSON reply is, and takes no place among the paced streams.
     """
     timer = timer or pacer()
     clock = timer.loop.time
-    async with timer.place():  # under overload, a stream waits here to begin
+    # Under overload, a paced stream waits here to begin.
+    async with timer.place() if paced else contextlib.nullcontext():
         start = clock()
         limit = settings.STATIC_AGENTS_MAX_STREAM_SECONDS
         due: list[TimedFrame] = []
@@ -116,6 +121,11 @@ async def send_paced(
         elif due:
             await write(render(due))
         return None
+
+
+def paced(frames: Sequence[TimedFrame]) -> bool:
+    """Whether any of the frames is due after the stream's start (``send_paced``'s ``paced``)."""
+    return any(frame.at > 0 for frame in frames)
 
 
 async def _fail(

@@ -38,7 +38,6 @@ import httpx
 
 SESSION_HEADER = "X-Static-Session"
 TOKEN_VARIABLE = "STATIC_AGENTS_CONTROL_TOKEN"
-REPLIES_RULE = "replies"
 
 __all__ = [
     "ControlAPIError",
@@ -154,6 +153,7 @@ class InstallResult:
     updated: int
     deleted: int
     session: str
+    unchanged: int = 0
 
 
 @dataclass(frozen=True)
@@ -419,15 +419,14 @@ def step_document(step: Step, index: int = 0) -> dict[str, Any]:
     )
 
 
-def replies_document(
+def script_document(
     steps: Sequence[Step], *, on_exhausted: Literal["error", "repeat_last"] = "error"
 ) -> dict[str, Any]:
-    """A fixture of one rule answering every request with the steps, in order, per session."""
+    """A session's script: the steps answer the session's requests, in order."""
     if not steps:
         raise ValueError("replies() needs at least one step")
     responses = [step_document(step, index) for index, step in enumerate(steps)]
-    rule = {"name": REPLIES_RULE, "responses": responses, "on_exhausted": on_exhausted}
-    return {"version": 1, "rules": [rule]}
+    return {"responses": responses, "on_exhausted": on_exhausted}
 
 
 # -- the client ---------------------------------------------------------------------------
@@ -470,6 +469,7 @@ class StaticAgentsClient:
         )
         self._session = session or new_session_key()
         self._installs = 0
+        self._scripted = False
 
     # -- the session the agent under test sends -----------------------------------------
 
@@ -523,8 +523,13 @@ class StaticAgentsClient:
 
     @property
     def installs(self) -> int:
-        """How many times this client replaced the rules."""
+        """How many times this client replaced the rules (``replies`` replaces none)."""
         return self._installs
+
+    @property
+    def scripted(self) -> bool:
+        """Whether this client gave its session a script (``replies``)."""
+        return self._scripted
 
     def new_session(self) -> str:
         """Switch to a new random session key and return it (earlier headers and URLs keep
@@ -538,10 +543,12 @@ class StaticAgentsClient:
         """Replace every rule with ``fixture`` and start the session afresh.
 
         ``fixture`` is a path to a YAML or JSON file, a fixture mapping, or a
-        list of replies (as for ``replies``). The session keeps its key (so SDK
-        clients built with ``headers`` stay bound to it) but its sequences,
-        fail-first counts and journal start over. A fixture the service refuses
-        raises ``FixtureRejected`` and changes nothing.
+        list of replies (given to ``replies``: the session's own script, the
+        rules left as they are). The session keeps its key (so SDK clients built
+        with ``headers`` stay bound to it) but its sequences, fail-first counts,
+        journal and script start over. Rules the fixture keeps as they are stay
+        compiled in the service. A fixture the service refuses raises
+        ``FixtureRejected`` and changes nothing.
         """
         if isinstance(fixture, str | os.PathLike):
             path = Path(fixture)
@@ -561,16 +568,31 @@ class StaticAgentsClient:
     def replies(
         self, *steps: Step, on_exhausted: Literal["error", "repeat_last"] = "error"
     ) -> InstallResult:
-        """Script the model: answer the session's n-th request with the n-th step.
+        """Script the model for this session: answer its n-th request with the n-th step.
 
         Each step is a str (the answer's text), a ``Reply`` (``text``,
         ``tool_call``, ``thinking``, ``error``) or a response mapping in the
         fixture format. After the last step the service fails with a "script
         exhausted" error (``on_exhausted="repeat_last"`` repeats the last one).
+        The script is the session's own: it answers before any rule, the rules
+        stay as they are for every other session, and the session starts afresh
+        (as with ``install``). ``reset`` ends the script.
         """
-        document = replies_document(steps, on_exhausted=on_exhausted)
-        body = json.dumps(document).encode()
-        return self._put_fixture(body, f"replies() with {len(steps)} step(s)", "application/json")
+        document = script_document(steps, on_exhausted=on_exhausted)
+        source = f"replies() with {len(steps)} step(s)"
+        response = self._request("PUT", self._session_path(self._session), json=document)
+        if response.status_code == 400:
+            raise FixtureRejected(source, 400, _error_details(response))
+        _raise_for_status(response, f"installing {source}")
+        self._scripted = True
+        return InstallResult(created=0, updated=0, deleted=0, session=self._session)
+
+    def script(self, session: str | None = None) -> dict[str, Any] | None:
+        """The script of a session (default: this client's) as the service holds it, or None."""
+        key = session or self._session
+        response = self._send("GET", self._session_path(key), f"reading session {key!r}")
+        script: dict[str, Any] | None = response.json().get("script")
+        return script
 
     def export_fixture(self) -> dict[str, Any]:
         """The rules, defaults and fallback as the service holds them (fixture form)."""
@@ -580,19 +602,24 @@ class StaticAgentsClient:
 
     def _put_fixture(self, body: bytes, source: str, content_type: str) -> InstallResult:
         response = self._request(
-            "PUT", "/fixture", content=body, headers={"Content-Type": content_type}
+            "PUT",
+            "/fixture",
+            content=body,
+            headers={"Content-Type": content_type},
+            params={"session": self._session},  # started afresh in the same request
         )
         if response.status_code == 400:
             raise FixtureRejected(source, 400, _error_details(response))
         _raise_for_status(response, f"installing {source}")
         imported = response.json()
         self._installs += 1
-        self.reset()
+        self._scripted = False
         return InstallResult(
             created=int(imported.get("created", 0)),
             updated=int(imported.get("updated", 0)),
             deleted=int(imported.get("deleted", 0)),
             session=self._session,
+            unchanged=int(imported.get("unchanged", 0)),
         )
 
     # -- what happened ---------------------------------------------------------------------
@@ -637,8 +664,9 @@ class StaticAgentsClient:
     def reset(self, session: str | None = None) -> SessionReset:
         """Start a session (default: this client's) afresh: sequences, counts, journal."""
         key = session or self._session
-        path = f"/sessions/{quote(key, safe='')}"
-        data = self._send("DELETE", path, f"resetting session {key!r}").json()
+        data = self._send("DELETE", self._session_path(key), f"resetting session {key!r}").json()
+        if key == self._session:
+            self._scripted = False
         return SessionReset(
             session=key, counters=int(data.get("counters", 0)), journal=int(data.get("journal", 0))
         )
@@ -671,6 +699,10 @@ class StaticAgentsClient:
         return Explanation.from_json(response.json())
 
     # -- plumbing ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _session_path(key: str) -> str:
+        return f"/sessions/{quote(key, safe='')}"
 
     def _send(self, method: str, url: str, action: str, **kwargs: Any) -> httpx.Response:
         response = self._request(method, url, **kwargs)

@@ -9,7 +9,8 @@ Fixtures:
 
 * ``static_agents``: a ``StaticAgentsClient`` on a new session for this test.
   Before the test, the rules are replaced with the test's fixture (see
-  ``static_agents_fixture``), else with the bundled demo rules.
+  ``static_agents_fixture``), else with the bundled demo rules. A script given
+  with ``replies()`` is the session's own and ends with the test.
 * ``static_agents_fixture``: the fixture a test starts with; by default the
   argument of ``@pytest.mark.static_agents_fixture("rules.yml")`` (a path
   relative to the test file, a mapping, or a list of replies), else None.
@@ -126,6 +127,8 @@ def static_agents(
         yield client
         if client.installs > installed_before_test:
             rules[CUSTOM_RULES_KEY] = True
+        if client.scripted:  # a script lives as long as its session: this test
+            client.reset()
     finally:
         client.close()
 

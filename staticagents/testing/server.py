@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +45,8 @@ FOREIGN_VARIABLES = frozenset(
 )
 DEFAULT_FIXTURE = Path(staticagents.__file__).resolve().parent / "data" / "demo.yml"
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
+# Migrated empty databases (``serve --template-dir``): a new service migrates nothing.
+TEMPLATE_DIR = Path(tempfile.gettempdir()) / "static-agents-templates"
 
 
 class ServerFailed(RuntimeError):
@@ -124,7 +127,8 @@ class StaticAgentsServer:
         # -P: the working directory is not put on sys.path, whatever it holds.
         python = [sys.executable, "-P", "-m", "staticagents"]
         port = str(self.port)
-        return [*python, "serve", "--host", "127.0.0.1", "--port", port, "--log-level", "warning"]
+        serve = ["serve", "--host", "127.0.0.1", "--port", port, "--log-level", "warning"]
+        return [*python, *serve, "--template-dir", str(TEMPLATE_DIR)]
 
     def child_environment(self) -> dict[str, str]:
         environment = {
@@ -172,7 +176,7 @@ class StaticAgentsServer:
                         f"Static Agents did not answer at {self.url} within "
                         f"{self.startup_timeout:.0f} s:\n{self.log()}"
                     )
-                time.sleep(0.05)
+                time.sleep(0.01)
 
     def __enter__(self) -> StaticAgentsServer:
         self.start()

@@ -16,7 +16,7 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from staticagents.models import ControlToken, Rule
+from staticagents.models import ControlToken, Rule, RulesetState
 from staticagents.services import ensure_control_token
 from tests.conftest import CONTROL_TOKEN
 from tests.conftest import galaxy_query as ask
@@ -89,20 +89,100 @@ def test_a_configured_token_needs_no_stored_one(live_url: str, settings: Any) ->
     assert ok.status_code == 200
 
 
+def session_cookies(user: Any) -> dict[str, str]:
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(user)
+    return {"sessionid": browser.cookies["sessionid"].value}
+
+
+CSRF = "a" * 32  # a CSRF secret, sent as the cookie and as the header
+
+
+def staff_with(django_user_model: Any, name: str, *codenames: str) -> Any:
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(name, password="x", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    return user
+
+
 def test_a_staff_session_is_accepted_and_other_sessions_are_not(
     live_url: str, settings: Any, django_user_model: Any
 ) -> None:
-    from django.test import Client
-
     settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
-    staff = django_user_model.objects.create_user("ops", password="x", is_staff=True)
+    staff = staff_with(django_user_model, "ops", "view_journalentry")
     plain = django_user_model.objects.create_user("visitor", password="x")
     for user, expected in ((staff, 200), (plain, 401)):
-        browser = Client()
-        browser.force_login(user)
-        cookies = {"sessionid": browser.cookies["sessionid"].value}
-        response = httpx.get(f"{live_url}/control/counters", cookies=cookies)
+        response = httpx.get(f"{live_url}/control/counters", cookies=session_cookies(user))
         assert response.status_code == expected, response.text
+
+
+def test_a_staff_user_without_permissions_may_neither_read_nor_write(
+    live_url: str, settings: Any, django_user_model: Any, load_rules: Any
+) -> None:
+    settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
+    load_rules({"rules": [{"name": "kept", "response": {"content": "hi"}}]})
+    cookies = session_cookies(staff_with(django_user_model, "nobody"))
+    csrf = {"X-CSRFToken": CSRF}
+    cookies_csrf = {**cookies, "csrftoken": CSRF}
+    attempts = [
+        httpx.get(f"{live_url}/control/rules", cookies=cookies),
+        httpx.get(f"{live_url}/control/journal", cookies=cookies),
+        httpx.post(
+            f"{live_url}/control/rules",
+            json={"name": "new", "response": {"content": "x"}},
+            cookies=cookies_csrf,
+            headers={**csrf, "Referer": live_url},
+        ),
+        httpx.delete(
+            f"{live_url}/control/rules/kept",
+            cookies=cookies_csrf,
+            headers={**csrf, "Referer": live_url},
+        ),
+        httpx.delete(
+            f"{live_url}/control/journal",
+            cookies=cookies_csrf,
+            headers={**csrf, "Referer": live_url},
+        ),
+    ]
+
+    assert [response.status_code for response in attempts] == [403] * 5
+    messages = [response.json()["errors"][0]["message"] for response in attempts]
+    assert all("needs the permission" in message for message in messages), messages
+    assert "view_rule" in messages[0]
+    assert list(Rule.objects.values_list("name", flat=True)) == ["kept"]
+
+
+def test_a_staff_user_may_do_what_their_model_permissions_allow(
+    live_url: str, settings: Any, django_user_model: Any, load_rules: Any
+) -> None:
+    settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
+    load_rules({"rules": [{"name": "kept", "response": {"content": "hi"}}]})
+    reader = session_cookies(staff_with(django_user_model, "reader", "view_rule"))
+    writer = {
+        **session_cookies(staff_with(django_user_model, "writer", "view_rule", "add_rule")),
+        "csrftoken": CSRF,
+    }
+    headers = {"X-CSRFToken": CSRF, "Referer": live_url}
+    new_rule = {"name": "new", "response": {"content": "x"}}
+
+    assert httpx.get(f"{live_url}/control/rules", cookies=reader).status_code == 200
+    reader_post = httpx.post(
+        f"{live_url}/control/rules",
+        json=new_rule,
+        cookies={**reader, "csrftoken": CSRF},
+        headers=headers,
+    )
+    assert reader_post.status_code == 403
+    created = httpx.post(
+        f"{live_url}/control/rules", json=new_rule, cookies=writer, headers=headers
+    )
+    assert created.status_code == 201, created.text
+    deleting = httpx.delete(f"{live_url}/control/rules/new", cookies=writer, headers=headers)
+    assert deleting.status_code == 403  # adding is not deleting
+    assert list(Rule.objects.values_list("name", flat=True)) == ["kept", "new"]
 
 
 # -- rules --------------------------------------------------------------------------
@@ -143,6 +223,31 @@ def test_an_edited_rule_answers_at_once(control: httpx.Client, live_url: str) ->
     assert ask(live_url, "hello").json()["response"]["content"] == "Hello again"
 
 
+def test_a_rule_holding_what_no_renderer_can_send_is_refused_naming_the_path(
+    control: httpx.Client,
+) -> None:
+    deep: Any = 1
+    for _ in range(100):
+        deep = [deep]
+    bad = {
+        "name": "unsendable",
+        "match": {"turn": 2**63},
+        "response": {
+            "metadata": {"deep": deep, "big": 2**64 - 1, "fine": 2**63},
+            "fail_first": 2**63,
+            "usage": {"input_tokens": 2**63},
+        },
+    }
+    errors = {e["path"]: e for e in errors_of(control.post("/rules", json=bad))}
+    deep_paths = [path for path in errors if path.startswith("response.metadata.deep[0]")]
+    assert len(deep_paths) == 1 and "nested deeper than 64" in errors[deep_paths[0]]["message"]
+    assert {"match.turn", "response.fail_first", "response.usage.input_tokens"} <= set(errors)
+    assert not any(
+        p.startswith(("response.metadata.big", "response.metadata.fine")) for p in errors
+    )
+    assert rule_names(control) == []
+
+
 def test_rule_errors_name_their_path_like_an_import_does(control: httpx.Client) -> None:
     bad = {
         "name": "bad name",
@@ -150,7 +255,7 @@ def test_rule_errors_name_their_path_like_an_import_does(control: httpx.Client) 
         "response": {"confidence": "certain"},
     }
     errors = {e["path"]: e for e in errors_of(control.post("/rules", json=bad))}
-    assert errors["match.querry"]["message"] == "unknown key"
+    assert errors["match.querry"]["message"] == "unknown key (did you mean 'query'?)"
     assert errors["match.querry"]["code"] == "unknown_key"
     assert "invalid regex" in errors["match.query"]["message"]
     assert "slug" in errors["name"]["message"]
@@ -213,11 +318,47 @@ def test_fixture_exports_yaml_by_default_and_json_on_request(control: httpx.Clie
 def test_fixture_put_replaces_and_post_merges(control: httpx.Client) -> None:
     control.post("/rules", json=GREETING)
     replaced = control.put("/fixture", content=yaml.safe_dump({"rules": [SCRIPT]}))
-    assert replaced.json() == {"created": 1, "updated": 0, "deleted": 1, "dry_run": False}
+    assert replaced.json() == {
+        "created": 1,
+        "updated": 0,
+        "deleted": 1,
+        "unchanged": 0,
+        "dry_run": False,
+    }
     assert rule_names(control) == ["script"]
     merged = control.post("/fixture", content=json.dumps({"rules": [GREETING]}))
     assert merged.json()["created"] == 1
     assert rule_names(control) == ["script", "greeting"]
+
+
+def test_putting_a_fixture_again_rewrites_only_what_changed(control: httpx.Client) -> None:
+    control.put("/fixture", content=yaml.safe_dump({"rules": [GREETING, SCRIPT]}))
+    ids = dict(Rule.objects.values_list("name", "id"))
+    version = RulesetState.objects.get().version
+
+    again = control.put("/fixture", content=yaml.safe_dump({"rules": [GREETING, SCRIPT]}))
+    assert again.json()["unchanged"] == 2
+    assert (again.json()["created"], again.json()["updated"], again.json()["deleted"]) == (0, 0, 0)
+    assert RulesetState.objects.get().version == version  # nothing to rebuild
+
+    changed = {**SCRIPT, "responses": [{"content": "Rainy."}]}
+    swapped = control.put("/fixture", content=yaml.safe_dump({"rules": [changed, GREETING]}))
+    assert (swapped.json()["updated"], swapped.json()["unchanged"]) == (1, 1)
+    assert RulesetState.objects.get().version == version + 1
+    assert dict(Rule.objects.values_list("name", "id")) == ids  # the rows stayed
+    assert rule_names(control) == ["script", "greeting"]
+    assert control.get("/rules/script").json()["responses"] == [{"content": "Rainy."}]
+
+
+def test_putting_a_fixture_with_a_session_starts_that_session_afresh(
+    control: httpx.Client, live_url: str
+) -> None:
+    control.post("/rules", json=GREETING)
+    ask(live_url, "hello", session="a")
+    ask(live_url, "hello", session="b")
+    control.put("/fixture?session=a", content=yaml.safe_dump({"rules": [GREETING]}))
+    sessions = [e["session"] for e in control.get("/journal").json()["results"]]
+    assert sessions == ["b"]
 
 
 def test_fixture_dry_run_changes_nothing(control: httpx.Client) -> None:
@@ -338,6 +479,17 @@ def test_adk_member_types_are_checked_at_their_own_path(tmp_path: Path, db: None
 # -- sessions, counters, explain -------------------------------------------------------
 
 
+def test_the_journal_counts_every_entry_on_every_page(control: httpx.Client, live_url: str) -> None:
+    for question in ("one", "two", "three"):
+        ask(live_url, question, session="paged")
+    whole = control.get("/journal?session=paged&page_size=5").json()
+    first = control.get("/journal?session=paged&page_size=2").json()
+    second = control.get(first["next"]).json()
+    assert [page["count"] for page in (whole, first, second)] == [3, 3, 3]
+    queries = [e["query"] for e in first["results"] + second["results"]]
+    assert queries == ["three", "two", "one"] == [e["query"] for e in whole["results"]]
+
+
 def test_deleting_a_session_resets_its_script_and_journal_only(
     control: httpx.Client, live_url: str
 ) -> None:
@@ -349,6 +501,47 @@ def test_deleting_a_session_resets_its_script_and_journal_only(
     assert ask(live_url, "weather?", session="b").json()["response"]["content"] == "Sunny."
     sessions = [e["session"] for e in control.get("/journal").json()["results"]]
     assert sorted(sessions) == ["a", "b", "b"]
+
+
+def test_a_session_script_answers_that_session_alone_before_any_rule(
+    control: httpx.Client, live_url: str
+) -> None:
+    control.post("/rules", json=GREETING)
+    version = RulesetState.objects.get().version
+    ask(live_url, "hello", session="a")
+    script = {"responses": [{"content": "one"}, {"content": "two"}], "on_exhausted": "error"}
+
+    put = control.put("/sessions/a", json=script)
+    assert put.json() == {"session": "a", "counters": 0, "journal": 1}  # started afresh
+    assert control.get("/sessions/a").json()["script"] == {"name": "replies", **script}
+    answers = [ask(live_url, "hello", session="a").json() for _ in range(3)]
+    assert [a["response"]["content"] for a in answers[:2]] == ["one", "two"]
+    assert answers[2]["error_type"] == "script_exhausted"
+    assert ask(live_url, "hello", session="b").json()["response"]["content"] == "Hi!"
+    assert ask(live_url, "hello").json()["response"]["content"] == "Hi!"  # the global session
+    assert {e["rule"] for e in control.get("/journal?session=a").json()["results"]} == {"replies"}
+    # The rules were never touched: their version is where it was.
+    assert RulesetState.objects.get().version == version
+    assert rule_names(control) == ["greeting"]
+
+    control.delete("/sessions/a")
+    assert control.get("/sessions/a").json()["script"] is None
+    assert ask(live_url, "hello", session="a").json()["response"]["content"] == "Hi!"
+
+
+def test_a_bad_script_is_refused_with_its_paths_and_changes_nothing(
+    control: httpx.Client, live_url: str
+) -> None:
+    control.put("/sessions/a", json={"responses": [{"content": "kept"}]})
+    refused = [
+        control.put("/sessions/a", json={"responses": [{"contnet": "x"}]}),
+        control.put("/sessions/a", json={"responses": [], "match": {"query": "x"}}),
+        control.put("/sessions/a", json={"on_exhausted": "error"}),
+        control.put("/sessions/a", json=["x"]),
+    ]
+    paths = [[e["path"] for e in errors_of(response)] for response in refused]
+    assert paths == [["responses[0].contnet"], ["match"], ["responses"], [""]]
+    assert control.get("/sessions/a").json()["script"]["responses"] == [{"content": "kept"}]
 
 
 def test_counters_sum_what_the_service_saw_overall_and_per_session(

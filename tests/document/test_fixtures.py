@@ -44,7 +44,14 @@ def write(tmp_path: Path, text: str, name: str = "fixture.yml") -> str:
 
 def test_unknown_key_is_an_error_naming_file_line_and_path() -> None:
     text = "rules:\n  - match:\n      querry: hello\n    response:\n      content: hi\n"
-    assert errors_of(text) == ["f.yml:3: rules[0].match.querry: unknown key"]
+    assert errors_of(text) == [
+        "f.yml:3: rules[0].match.querry: unknown key (did you mean 'query'?)"
+    ]
+
+
+def test_an_unknown_key_far_from_every_known_one_gets_no_suggestion() -> None:
+    text = "rules:\n  - response:\n      colour: blue\n"
+    assert errors_of(text) == ["f.yml:3: rules[0].response.colour: unknown key"]
 
 
 def test_every_problem_is_reported_not_just_the_first() -> None:
@@ -65,6 +72,26 @@ rules:
     assert any("rules[1].name: must be a slug" in line for line in lines)
     assert any("rules[1].bogus: unknown key" in line for line in lines)
     assert all(line.startswith("f.yml:") for line in lines)
+
+
+def test_every_problem_comes_at_once_in_line_order_a_duplicate_name_too() -> None:
+    text = """rules:
+  - name: greeting
+    match: {querry: hello}
+    response: {content: hi}
+  - name: greeting
+    response: {content: 5}
+    match: {turn: 1, turn: 2}
+  - name: other
+    response: {metadata: {when: 2024-01-01}}
+"""
+    lines = errors_of(text)
+    assert [int(line.split(":")[1]) for line in lines] == [3, 5, 6, 7, 9]
+    assert "rules[0].match.querry: unknown key (did you mean 'query'?)" in lines[0]
+    assert "rules[1].name: duplicate name 'greeting' (also rules[0])" in lines[1]
+    assert "rules[1].response.content: Input should be a valid string" in lines[2]
+    assert "rules[1].match.turn: duplicate key 'turn'" in lines[3]
+    assert "rules[2].response.metadata.when: is a date" in lines[4]
 
 
 def test_yaml_syntax_error_names_the_line() -> None:
@@ -116,7 +143,7 @@ def test_a_pinned_embedding_is_finite_float32_numbers_at_most_4096_of_them() -> 
     [line] = pinned("[" + ", ".join(["0.5"] * 4097) + "]")
     assert "rules[0].response.embedding: List should have at most 4096 items" in line
     [line] = pinned("[1, .inf]")
-    assert "rules[0].response.embedding[1]: Input should be a finite number" in line
+    assert "rules[0].response.embedding[1]: inf is not a finite number" in line
     [line] = pinned("[1.0e+39]")
     assert "rules[0].response.embedding[0]: must fit a 32-bit float" in line
     [line] = pinned("[]")
@@ -314,6 +341,18 @@ def test_dry_run_reports_and_changes_nothing(
 
 
 @pytest.mark.django_db
+def test_reimporting_a_fixture_counts_its_rules_as_they_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    demo = str(FIXTURES / "demo.yml")
+    call_command("import_fixture", demo)
+    rules = len(export_document()["rules"])
+    capsys.readouterr()
+    call_command("import_fixture", demo)
+    assert f"imported: 0 rule(s) created, {rules} updated, 0 deleted" in capsys.readouterr().out
+
+
+@pytest.mark.django_db
 def test_merge_upserts_by_name_and_appends_new_rules(tmp_path: Path) -> None:
     call_command("import_fixture", str(GALAXY_STYLE_FIXTURE))
     merge = """
@@ -365,6 +404,28 @@ def test_check_fixture_prints_one_error_per_line(tmp_path: Path) -> None:
     lines = str(caught.value).splitlines()
     assert len(lines) == 2
     assert all(line.startswith(str(tmp_path)) for line in lines)
+
+
+def test_check_fixture_reports_a_duplicate_name_a_repeated_key_and_a_typo_together(
+    tmp_path: Path,
+) -> None:
+    bad = (
+        "rules:\n"
+        "  - name: same\n"
+        "    response: {contnet: y}\n"
+        "  - name: same\n"
+        "    response: {content: a}\n"
+        "    response: {content: b}\n"
+    )
+    path = write(tmp_path, bad)
+    with pytest.raises(CommandError) as caught:
+        call_command("check_fixture", path)
+    assert str(caught.value).splitlines() == [
+        f"{path}:3: rules[0].response.contnet: unknown key (did you mean 'content'?)",
+        f"{path}:4: rules[1].name: duplicate name 'same' (also rules[0])",
+        f"{path}:6: rules[1].response: duplicate key 'response' (first at line 5): "
+        "the last one would silently win",
+    ]
 
 
 @pytest.mark.django_db

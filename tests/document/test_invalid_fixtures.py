@@ -54,11 +54,29 @@ EXPECTED: dict[str, tuple[str, int | None]] = {
     "invalid-json.json": ("invalid JSON", 1),
     "yaml-bomb.yml": ("expands to more than", None),
     "not-utf8.yml": ("not UTF-8: byte 0xe9", None),
-    "embedding-not-finite.yml": ("rules[0].response.embedding[1]: Input should be a finite", 5),
+    "embedding-not-finite.yml": ("rules[0].response.embedding[1]: nan is not a finite number", 5),
     "embedding-all-zeros.yml": ("rules[0].response.embedding: must not be all zeros", 3),
     "embedding-and-embedding-like.yml": ("at most one of 'embedding' and 'embedding_like'", 3),
     "embedding-wrong-type.yml": ("fallback.embedding[0]: Input should be a valid number", 2),
     "wrong-value-dialect.yml": ("rules[0].match.dialect: Input should be 'galaxy'", 2),
+    # values that would not come back the same from JSON and the database
+    "yaml-date.yml": ("rules[0].response.metadata.released: is a date", 5),
+    "yaml-binary.yml": ("rules[0].response.metadata.blob: is binary data (!!binary)", 4),
+    "yaml-set.yml": ("rules[0].response.metadata.tags: is a set (!!set)", 4),
+    "nan-in-tool-arguments.yml": ("tool_calls[0].arguments.limit: nan is not a finite", 5),
+    "retry-after-inf.yml": ("rules[0].response.retry_after: inf is not a finite number", 4),
+    "fail-first-over-64-bits.yml": ("rules[0].response.fail_first: Input should be less", 4),
+    "turn-over-64-bits.yml": ("rules[0].match.turn: Input should be less than or equal", 3),
+    "usage-over-64-bits.yml": ("rules[0].response.usage.output_tokens: Input should be", 4),
+    "metadata-integer-over-64-bits.yml": ("metadata.big: integer 18446744073709551616 is", 4),
+    "metadata-nested-too-deep.yml": ("nested deeper than 64 levels", 4),
+    "lone-surrogate.json": ("rules[0].response.content: contains a lone surrogate (U+D83D)", None),
+    "huge-integer.yml": ("a fixture must be a mapping, not int", None),
+    # the last of two keys would silently win
+    "duplicate-key-match.yml": ("rules[0].match: duplicate key 'match' (first at line 3)", 4),
+    "duplicate-key-rules.yml": ("rules: duplicate key 'rules' (first at line 1)", 4),
+    "duplicate-key.json": ("rules[0].match: duplicate key 'match' (first at line 3)", 4),
+    "tab-indent.yml": ("a tab character at column 1", 3),
 }
 
 

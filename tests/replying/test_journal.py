@@ -248,3 +248,37 @@ def test_pruning_runs_rarely_under_a_large_cap() -> None:
     assert prune_interval(100_000) == 1000
     assert prune_interval(10) == 1
     assert prune_interval(0) == 1
+
+
+CREDENTIAL_HEADERS = {
+    # The names the journal once stored verbatim, and others that name a credential.
+    "openai-api-key": "sk-a",
+    "anthropic-api-key": "sk-b",
+    "x-auth-token": "tok-c",
+    "x-access-token": "tok-d",
+    "x-amz-security-token": "tok-e",
+    "authorization-token": "tok-f",
+    "api_key": "sk-g",
+    "x-client-secret": "sec-h",
+    "x-db-password": "pw-i",
+    "proxy-authorization": "Basic pw-j",
+}
+
+
+def test_every_header_named_like_a_credential_is_masked_in_the_journal(
+    control: httpx.Client, live_url: str, load_rules: LoadRules
+) -> None:
+    load_rules(RULES)
+    headers = {**CREDENTIAL_HEADERS, "X-Static-Session": "named", "X-Trace": "kept"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    assert httpx.post(f"{live_url}/v1/chat/completions", json=body, headers=headers).is_success
+
+    (entry,) = journal(control, session="named")["results"]
+    recorded = entry["headers"]
+    assert {name: recorded[name] for name in CREDENTIAL_HEADERS} == {
+        **dict.fromkeys(CREDENTIAL_HEADERS, "***"),
+        "proxy-authorization": "Basic ***",
+    }
+    assert recorded["x-trace"] == "kept"
+    everything = control.get("/journal", params={"session": "named"}).text
+    assert not [value for value in CREDENTIAL_HEADERS.values() if value.split()[-1] in everything]

@@ -230,6 +230,53 @@ def test_a_failing_row_from_a_thread_raises_and_writes_nothing(writer: JournalWr
     assert stored(writer) == [(pk, "afterwards", "answered")]
 
 
+# -- jobs: a dialect's own statements in the round's transaction -----------------------
+
+
+def insert_job(query: str, *, then_fail: bool = False) -> journal_module.Job:
+    """A job that inserts a row (by the writer's statements) and returns its id, or then fails."""
+
+    def job(sql: journal_module.Statements) -> int:
+        [pk] = sql.insert(JournalEntry, [entry(query)])
+        if then_fail:
+            raise LookupError(f"{query} failed after its insert")
+        count = sql.rows("SELECT COUNT(*) FROM staticagents_journalentry WHERE id = %s", [pk])
+        assert count == [(1,)]
+        return pk
+
+    return job
+
+
+def test_jobs_run_together_with_rows_and_one_that_fails_undoes_only_its_own_work(
+    writer: JournalWriter,
+) -> None:
+    async def run() -> list[Any]:
+        return await asyncio.gather(
+            writer.run(insert_job("first")),
+            writer.record(entry("a row")),
+            writer.run(insert_job("broken", then_fail=True)),
+            writer.run(insert_job("last")),
+            return_exceptions=True,
+        )
+
+    first, row, failed, last = asyncio.run(run())
+    assert isinstance(failed, LookupError)
+    expected = [
+        (first, "first", "answered"),
+        (row, "a row", "answered"),
+        (last, "last", "answered"),
+    ]
+    assert stored(writer) == sorted(expected)
+
+
+def test_run_now_runs_a_job_on_the_callers_connection(writer: JournalWriter) -> None:
+    pk = writer.run_now(insert_job("now"))
+    assert stored(writer) == [(pk, "now", "answered")]
+    with pytest.raises(LookupError):
+        writer.run_now(insert_job("broken", then_fail=True))
+    assert stored(writer) == [(pk, "now", "answered")]
+
+
 def test_a_connection_dropped_mid_round_is_replaced_and_the_round_written_once(
     postgres_writer: JournalWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:

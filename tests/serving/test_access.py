@@ -340,6 +340,8 @@ def test_neither_a_401_nor_a_scripted_error_logs_or_journals_the_key(
         headers={"Authorization": f"Bearer {secret_wrong}"},
     )
     httpx.post(f"{keyed_url}/api/ai/agents/query", json={"query": "hi"}, params={"key": WRONG})
+    # Django (which logs its 4xx) still serves the route's other methods.
+    httpx.get(f"{keyed_url}/api/ai/agents/query", params={"key": WRONG})
     failed = httpx.post(
         f"{keyed_url}/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "#boom"}]},
@@ -381,7 +383,13 @@ def test_a_refused_control_token_is_not_repeated_or_logged(
 @pytest.fixture
 def staff(live_url: str, django_user_model: Any, settings: Any) -> Iterator[dict[str, str]]:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    django_user_model.objects.create_user("curator", password="s3cret-pass", is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    curator = django_user_model.objects.create_user(
+        "curator", password="s3cret-pass", is_staff=True
+    )
+    # What a curator of rules is given in the admin; without it the control API says 403.
+    curator.user_permissions.set(Permission.objects.filter(codename__endswith="_rule"))
     yield {"username": "curator", "password": "s3cret-pass"}
 
 

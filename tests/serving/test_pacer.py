@@ -258,3 +258,23 @@ def test_a_late_turn_is_seen_on_both_loops(run: object) -> None:
         return pacer.late
 
     assert run(main()) > BEHIND_SECONDS  # type: ignore[operator]
+
+
+@in_virtual_time
+async def test_a_stopping_service_wakes_every_waiting_stream_and_waits_no_more() -> None:
+    pacer = virtual_pacer()
+    loop = pacer.loop
+    start = loop.time()
+    waiting = [pacer.until(start + 60), pacer.until(start + 120)]
+    running = [pacer.begin() for _ in range(ALWAYS_RUNNING)]
+    await make_late(pacer, 0.02)
+    held = pacer.begin()
+    assert held is not None and not held.done()
+
+    pacer.stop()
+
+    assert all(waiter.done() for waiter in waiting) and held.done()
+    assert pacer.running == ALWAYS_RUNNING + 1 and not pacer.held
+    assert pacer.until(start + 300).done()  # no more waiting
+    assert pacer.begin() is None  # nor holding back
+    assert loop.time() - start < 0.1 and running == [None] * ALWAYS_RUNNING

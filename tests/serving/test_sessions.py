@@ -196,7 +196,9 @@ def test_a_key_too_long_is_refused_in_the_dialects_own_error_shape(
     assert refused.value.type == "invalid_request_error"
     # Nothing was answered, in a cut-short session or the global one.
     assert static_agents.requests(session="k" * 200) == []
-    assert static_agents.requests(session="global") == []
+    # (other tests' late requests may reach the global session meanwhile: only ours count)
+    strays = static_agents.requests(session="global")
+    assert [entry for entry in strays if "/sessions/" in entry.route] == []
 
 
 @pytest.mark.parametrize(
@@ -244,7 +246,7 @@ def test_the_routers_path_cache_holds_routes_not_sessions(live_url: str, load_ru
         answered = httpx.post(f"{live_url}/sessions/s{n}/v1/chat/completions", json=message)
         assert answered.json()["choices"][0]["message"]["content"] == "x"
 
-    cached = application.app.resolved
+    cached = application.app.app.resolved  # Observed(SessionPrefix(ReplyRouter))
     assert "/v1/chat/completions" in cached
     assert not [path for path in cached if path.startswith("/sessions/")]
 

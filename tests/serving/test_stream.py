@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 
 from staticagents.core.timing import TimedFrame
 from staticagents.models import JournalEntry
-from staticagents.serving.stream import CutOff, send_paced
+from staticagents.serving.stream import CutOff, paced, send_paced
 
 START = 1000.0  # the fake loop's clock when a test begins
 
@@ -114,6 +114,19 @@ async def test_frames_due_together_go_out_in_one_write_and_later_ones_keep_their
         (0.1, ["f0.1", "f0.1"]),  # absolute offsets: 0.1 s after the start, not after the delay
     ]
     assert pacer.sent_count == 2  # every write mid-stream is reported to the pacer
+
+
+async def test_a_stream_due_all_at_once_is_one_write_and_waits_for_no_place() -> None:
+    pacer = FakePacer(begins_after=5.0)  # a paced stream would be held 5 s
+    client = Client(pacer)
+    frames = script(0.0, 0.0, 0.0)
+    assert not paced(frames) and paced(script(0.0, 0.01))
+    stopped = await send_paced(
+        frames, names, client.write, finish=client.finish, timer=pacer, paced=False
+    )
+    assert stopped is None
+    assert client.writes == [] and client.finished == [(0.0, ["f0", "f0", "f0"])]
+    assert pacer.waited == []
 
 
 async def test_a_stream_with_nothing_left_to_send_still_finishes() -> None:

@@ -87,7 +87,7 @@ def test_replies_script_a_tool_loop_and_requests_show_what_the_agent_sent(
     client: StaticAgentsClient,
 ) -> None:
     installed = client.replies(tool_call("lookup", {"topic": "weather"}, id="call_1"), "Sunny.")
-    assert installed.created == 1 and installed.session == client.session
+    assert installed.session == client.session and client.scripted
 
     assert run_tool_loop(sdk(client), "How is the weather?") == "Sunny."
 
@@ -165,23 +165,22 @@ def test_install_takes_a_path_a_mapping_or_a_list_of_replies(
     path = tmp_path / "rules.yml"
     path.write_text("rules:\n  - name: from-yaml\n    response: {content: yaml}\n")
     assert client.install(path).created == 1
-    replaced = client.install(str(path))  # replacing: the old rules go, the new ones come
-    assert (replaced.created, replaced.updated, replaced.deleted) == (1, 0, 1)
+    again = client.install(str(path))  # the same rules: kept as they are
+    assert (again.created, again.updated, again.deleted, again.unchanged) == (0, 0, 0, 1)
     assert [r["name"] for r in client.export_fixture()["rules"]] == ["from-yaml"]
 
     mapping = {"rules": [{"name": "from-mapping", "response": {"content": "json"}}]}
     result = client.install(mapping)
     assert (result.created, result.deleted) == (1, 1)
 
-    client.install(["first", tool_call("lookup")])
-    [rule] = client.export_fixture()["rules"]
-    assert rule["name"] == "replies"
-    assert rule["responses"] == [
-        {"content": "first"},
-        {"tool_calls": [{"name": "lookup", "arguments": {}}]},
-    ]
-    assert rule["on_exhausted"] == "error"
-    assert client.installs == 4
+    client.install(["first", tool_call("lookup")])  # a list is the session's own script
+    assert [r["name"] for r in client.export_fixture()["rules"]] == ["from-mapping"]
+    assert client.script() == {
+        "name": "replies",
+        "responses": [{"content": "first"}, {"tool_calls": [{"name": "lookup", "arguments": {}}]}],
+        "on_exhausted": "error",
+    }
+    assert client.installs == 3  # the script replaced no rule
 
 
 def test_install_starts_the_session_afresh_and_keeps_its_key(client: StaticAgentsClient) -> None:
@@ -217,13 +216,13 @@ def test_a_rejected_fixture_names_every_error_and_changes_nothing(
     errors = {e.path: e for e in rejected.value.errors}
     assert set(errors) == {"rules[0].match.querry", "rules[0].response.confidence"}
     assert (errors["rules[0].match.querry"].message, errors["rules[0].match.querry"].line) == (
-        "unknown key",
+        "unknown key (did you mean 'query'?)",
         4,
     )
     message = str(rejected.value)
     assert message.startswith(f"fixture {path} was rejected (HTTP 400); no rule was changed:")
-    assert "  rules[0].match.querry: unknown key (line 4)" in message
-    assert [r["name"] for r in client.export_fixture()["rules"]] == ["replies"]
+    assert "  rules[0].match.querry: unknown key (did you mean 'query'?) (line 4)" in message
+    assert client.script() is not None  # the session was not started afresh either
 
 
 def test_bad_arguments_are_refused_before_anything_is_sent(

@@ -41,8 +41,14 @@ def test_the_marker_installs_a_yaml_file(static_agents, openai_base_url, static_
     assert request.rule == "greeting"
 
 
+SCRIPTED_SESSIONS = []
+
+
 def test_a_test_scripts_its_own_replies(static_agents, openai_base_url, static_agents_headers):
     static_agents.replies(tool_call("lookup", id="call_1"), "Done.")
+    SCRIPTED_SESSIONS.append(static_agents.session)
+    # The script is the session's own: a request without the session gets the rules.
+    assert ask(openai_base_url, {}, "unscripted").content == "unscripted"
     first = ask(openai_base_url, static_agents_headers, "go")
     assert first.tool_calls[0].id == "call_1"
     agent = openai.OpenAI(
@@ -63,6 +69,7 @@ def test_the_next_test_gets_the_demo_rules_and_a_new_session(
 ):
     assert ask(openai_base_url, static_agents_headers, "echo me").content == "echo me"
     assert [r.query for r in static_agents.requests()] == ["echo me"]
+    assert static_agents.script(SCRIPTED_SESSIONS[0]) is None  # it ended with its test
     assert static_agents.session.startswith("test_the_next_test_gets_the_demo_rules")
 
 

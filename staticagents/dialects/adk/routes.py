@@ -23,9 +23,11 @@ from staticagents.core.timing import TimedFrame
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
 from staticagents.dialects.adk.sessions import Run, StoredSession, start_run
+from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.serving import access
-from staticagents.serving.route import ReplyRoute, RequestRejected, sse
+from staticagents.serving.route import ReplyRoute, RequestRejected, sse, sse_frames
+from staticagents.serving.stream import paced
 
 DEFAULT_AGENT_TYPE = "router"
 
@@ -174,16 +176,14 @@ class RunRoute(AdkRoute):
         app = request.app_name or headers.get("x-agent-type", "").strip()
         if not app:
             raise RequestRejected(400, "app_name is required: name the agent type as appName")
-        work = database_sync_to_async(start_run)(
-            request, app=app, headers=headers, route=self.scope["path"], body=body
-        )
+        work = start_run(request, app=app, headers=headers, route=self.scope["path"], body=body)
         run: Run = await self.answering(work, lambda run: run.answer.entry_id)
         return run
 
     async def post(self, body: bytes) -> None:
         run = await self.begin(body)
         event = adk.final_event(run.answer.reply, run.ids)
-        await database_sync_to_async(adk_sessions.append_events)(run.session_pk, [event])
+        await journal.run(adk_sessions.append_events_job(run.session_pk, [event]))
         await self.send_json(200, [event])
 
 
@@ -196,6 +196,12 @@ class RunSseRoute(RunRoute):
         run = await self.begin(body)
         events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
         self.fault, self.run_ids = run.answer.reply.fault, run.ids
+        if self.fault is None and not paced(events):
+            # Due all at once (no delays scripted): recorded first, then sent in one write.
+            await journal.run(adk_sessions.append_events_job(run.session_pk, [events[-1].data]))
+            await self.start_sse(watch=False)
+            await self.end_stream(sse_frames(events))
+            return
         await self.start_sse()
         stopped = await self.send_paced(events)
         if stopped is None:
@@ -210,7 +216,7 @@ class RunSseRoute(RunRoute):
     async def finish(self, run: Run, final: dict[str, Any], tail: bytes = b"") -> None:
         # Only the final event joins the session (as in ADK, partials never do), and
         # before the response ends, so a client reading the session next finds it.
-        await database_sync_to_async(adk_sessions.append_events)(run.session_pk, [final])
+        await journal.run(adk_sessions.append_events_job(run.session_pk, [final]))
         await self.end_stream(tail)
 
 

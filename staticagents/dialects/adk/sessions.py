@@ -3,7 +3,9 @@
 Sessions are shared by every worker process, so they live in the database, not
 in memory. Events are rows of their own: appending one is an insert, so two
 requests on one session never overwrite each other's events. ``start_run``
-records a run's user message in its session and answers it.
+records a run's user message in its session and answers it, on the event loop:
+a run's reads and writes are journal jobs (``journal.run``), committed with the
+journal's rounds; the session CRUD routes use the ORM, in a thread.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.dialects.adk import wire as adk
 from staticagents.models import AdkEvent, AdkSession
-from staticagents.replying.answer import Answer, answer_inquiry
+from staticagents.replying.answer import Answer, aanswer_inquiry
+from staticagents.replying.journal import Job, Statements, journal
+
+Event = Mapping[str, Any]
 
 
 class SessionExists(Exception):
@@ -89,24 +93,6 @@ def delete_session(*, app: str, user: str, session_id: str) -> None:
     AdkSession.objects.filter(app=app, user=user, session_id=session_id).delete()
 
 
-def open_session(
-    *, app: str, user: str, session_id: str, state_delta: Mapping[str, Any] | None = None
-) -> StoredSession:
-    """The session a run appends to, created if it does not exist yet, with the delta applied.
-
-    Creating it on first use is ``adk api_server --auto_create_session``: a
-    test can run an agent without a separate create call.
-    """
-    with transaction.atomic():
-        row, _ = AdkSession.objects.select_for_update().get_or_create(
-            app=app, user=user, session_id=session_id
-        )
-        if state_delta:
-            row.state = {**row.state, **state_delta}
-            row.save(update_fields=["state", "updated_at"])
-        return _stored(row, with_events=True)
-
-
 def update_state(
     *,
     app: str,
@@ -130,9 +116,67 @@ def update_state(
         return _stored(row, with_events=True)
 
 
-def append_events(session_pk: int, events: Iterable[Mapping[str, Any]]) -> None:
-    AdkEvent.objects.bulk_create([AdkEvent(session_id=session_pk, payload=dict(e)) for e in events])
-    AdkSession.objects.filter(pk=session_pk).update(updated_at=timezone.now())
+SESSIONS = AdkSession._meta.db_table
+EVENTS = AdkEvent._meta.db_table
+
+
+@dataclass(frozen=True)
+class OpenedSession:
+    """A run's session as the run found it: its row, its state (the delta applied), its
+    events before the run."""
+
+    pk: int
+    state: dict[str, Any]
+    events: list[dict[str, Any]]
+
+
+def open_run_job(
+    *, app: str, user: str, session_id: str, state_delta: Mapping[str, Any] | None, first: Event
+) -> Job:
+    """Open the run's session, created if it does not exist yet, with the delta applied,
+    and append the run's ``first`` event (the user's message) to it.
+
+    Creating it on first use is ``adk api_server --auto_create_session``: a test
+    can run an agent without a separate create call. The job runs in the
+    journal's round (``journal.run``), so the run's reads and writes are one
+    transaction.
+    """
+
+    def open_run(sql: Statements) -> OpenedSession:
+        found = sql.rows(
+            f'SELECT id, state FROM {SESSIONS} WHERE app = %s AND "user" = %s AND session_id = %s',
+            [app, user, session_id],
+        )
+        if not found:  # a new session: made with the delta, the user's message and the time
+            state = dict(state_delta or {})
+            row = {"app": app, "user": user, "session_id": session_id, "state": state}
+            [pk] = sql.insert(AdkSession, [row])
+            sql.append(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
+            return OpenedSession(pk, state, [])
+        pk, state = int(found[0][0]), dict(sql.json(found[0][1]))
+        payloads = sql.rows(f"SELECT payload FROM {EVENTS} WHERE session_id = %s ORDER BY id", [pk])
+        events = [sql.json(payload) for (payload,) in payloads]
+        if state_delta:
+            state = {**state, **state_delta}
+            sql.run(
+                f"UPDATE {SESSIONS} SET state = %s WHERE id = %s",
+                [sql.param(AdkSession, "state", state), pk],
+            )
+        append_events(sql, pk, [first])
+        return OpenedSession(pk, state, events)
+
+    return open_run
+
+
+def append_events_job(session_pk: int, events: Iterable[Event]) -> Job:
+    """Append ``events`` to the session (``journal.run``)."""
+    return lambda sql: append_events(sql, session_pk, events)
+
+
+def append_events(sql: Statements, session_pk: int, events: Iterable[Event]) -> None:
+    sql.append(AdkEvent, [{"session_id": session_pk, "payload": dict(e)} for e in events])
+    now = sql.now(AdkSession, "updated_at")
+    sql.run(f"UPDATE {SESSIONS} SET updated_at = %s WHERE id = %s", [now, session_pk])
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -148,31 +192,33 @@ class Run:
     streaming: bool
 
 
-def start_run(
+async def start_run(
     request: adk.RunRequest, *, app: str, headers: dict[str, str], route: str, body: bytes
 ) -> Run:
-    """Record the user's message in the session, then answer it (sync: runs in a thread)."""
+    """Record the user's message in the session, then answer it, on the event loop."""
     message = adk.read_message(request.new_message)  # reject before anything is written
-    session = open_session(
-        app=app,
-        user=request.user_id,
-        session_id=request.session_id,
-        state_delta=request.state_delta,
-    )
-    turn = adk.read_turn(message, session.events)
     invocation_id = request.invocation_id or f"e-{uuid.uuid4()}"
     user_ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), "user")
-    append_events(session.pk, [adk.user_event(message.content, user_ids, request.state_delta)])
+    opened: OpenedSession = await journal.run(
+        open_run_job(
+            app=app,
+            user=request.user_id,
+            session_id=request.session_id,
+            state_delta=request.state_delta,
+            first=adk.user_event(message.content, user_ids, request.state_delta),
+        )
+    )
+    turn = adk.read_turn(message, opened.events)
     inquiry = Inquiry(
         query=turn.query,
         agent_type=app,
-        context=adk.inquiry_context(session.state, request.custom_metadata),
+        context=adk.inquiry_context(opened.state, request.custom_metadata),
         dialect="adk",
         turn=turn.turn,
         tool_result=turn.tool_result,
         session=session_key(headers, request.session_id),
         headers=headers,
     )
-    answer = answer_inquiry(inquiry, route=route, body=body)
+    answer = await aanswer_inquiry(inquiry, route=route, body=body)
     ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), app)
-    return Run(answer, ids, session.pk, request.streaming)
+    return Run(answer, ids, opened.pk, request.streaming)

@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 from pydantic.alias_generators import to_camel
 
 from staticagents.core.replies import Reply, count_tokens
-from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
 from staticagents.core.timing import TimedFrame, plan_stream
+from staticagents.dialects.llm.wire import SLOT, TextTemplate
 
 MODEL_VERSION = "static-agents"
 FINISH_REASONS = {
@@ -155,6 +156,10 @@ def load_json(body: bytes) -> Any:
     where = nul_in_json(body, payload)
     if where is not None:
         raise invalid([where], f"String {NUL_PROBLEM}", "string_nul")
+    # Session state and events are stored and sent back: no deeper than anything can render.
+    where = too_deep_in_json(body, payload)
+    if where is not None:
+        raise invalid([where], f"Value nested deeper than {MAX_DEPTH} levels", "too_deep")
     return payload
 
 
@@ -358,10 +363,12 @@ def partial_events(reply: Reply, ids: EventIds) -> list[TimedFrame]:
     """The streamed deltas, each at its offset in seconds from the stream's start."""
     if reply.error is not None:
         return []
-    return [
-        TimedFrame(piece.at, partial_event(piece.text, ids, thought=piece.kind == "thinking"))
-        for piece in plan_stream(reply)
-    ]
+    # Partials differ only in their text: each kind is rendered once around the slot.
+    templates = {
+        "text": TextTemplate(partial_event(SLOT, ids)),
+        "thinking": TextTemplate(partial_event(SLOT, ids, thought=True)),
+    }
+    return [templates[piece.kind].at(piece.at, piece.text) for piece in plan_stream(reply)]
 
 
 def sse_events(reply: Reply, ids: EventIds, *, streaming: bool) -> list[TimedFrame]:

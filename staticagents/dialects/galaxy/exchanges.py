@@ -1,7 +1,9 @@
 """Galaxy chat exchanges: answering a chat turn, saving it, and reading conversations back.
 
-Shared by the blocking ``/api/chat`` view and the ``/api/chat/stream`` consumer,
-so both answer, persist and report a turn the same way.
+Shared by the DRF views (in a thread) and the lean reply routes (on the event
+loop), so both answer, persist and report a turn the same way: the reads and
+writes of a turn are journal jobs (``journal.run_now`` in a thread, ``await
+journal.run`` on the loop, in the journal's rounds), one set of statements.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from django.db.models import Prefetch
 from staticagents.core.inquiry import Inquiry
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.models import ChatExchange, ChatMessage
-from staticagents.replying.answer import Answer, answer_inquiry
+from staticagents.replying.answer import Answer, aanswer_inquiry, answer_inquiry
+from staticagents.replying.journal import Job, Statements, journal
 
 HISTORY_LIMIT_MAX = 1000
 
@@ -38,6 +41,23 @@ class ChatTurn:
     started: float  # perf_counter() when the request arrived
 
 
+def chat_inquiry(
+    request: galaxy.ChatRequest, turns: Sequence[tuple[str, str]], headers: Mapping[str, str]
+) -> Inquiry:
+    """The inquiry of a chat turn (its query must be set), the exchange's history in its context."""
+    if request.query is None:
+        raise ValueError("a chat turn needs a query")
+    context = {**request.context, "conversation_history": galaxy.conversation_history(turns)}
+    return galaxy.galaxy_inquiry(
+        query=request.query,
+        agent_type=request.agent_type,
+        context=context,
+        headers=headers,
+        conversation_id=request.exchange_id,
+        turn=1 + sum(1 for role, _ in turns if role == "user"),
+    )
+
+
 def answer_chat_turn(
     request: galaxy.ChatRequest,
     *,
@@ -46,71 +66,112 @@ def answer_chat_turn(
     body: bytes,
     started: float,
 ) -> ChatTurn:
-    """Answer ``request`` (its query must be set) with the exchange's history in its context."""
-    if request.query is None:
-        raise ValueError("a chat turn needs a query")
-    turns = earlier_turns(request.exchange_id) if request.exchange_id else []
-    context = {**request.context, "conversation_history": galaxy.conversation_history(turns)}
-    inquiry = galaxy.galaxy_inquiry(
-        query=request.query,
-        agent_type=request.agent_type,
-        context=context,
-        headers=headers,
-        conversation_id=request.exchange_id,
-        turn=1 + sum(1 for role, _ in turns if role == "user"),
-    )
+    """Answer ``request`` (its query must be set), in a thread (the DRF view)."""
+    job = earlier_turns_job(request.exchange_id) if request.exchange_id else None
+    turns = journal.run_now(job) if job is not None else []
+    inquiry = chat_inquiry(request, turns, headers)
     answer = answer_inquiry(inquiry, route=route, body=body)
+    return ChatTurn(inquiry, answer, request.exchange_id, started)
+
+
+async def aanswer_chat_turn(
+    request: galaxy.ChatRequest,
+    *,
+    headers: Mapping[str, str],
+    route: str,
+    body: bytes,
+    started: float,
+) -> ChatTurn:
+    """``answer_chat_turn`` for the event loop: the reads and writes go in the journal's rounds."""
+    job = earlier_turns_job(request.exchange_id) if request.exchange_id else None
+    turns = await journal.run(job) if job is not None else []
+    inquiry = chat_inquiry(request, turns, headers)
+    answer = await aanswer_inquiry(inquiry, route=route, body=body)
     return ChatTurn(inquiry, answer, request.exchange_id, started)
 
 
 def finish_chat_turn(turn: ChatTurn) -> dict[str, Any]:
     """Save the turn (a failed one is not saved, as in Galaxy) and render its ChatResponse."""
+    job = chat_save_job(turn)
+    exchange_id = journal.run_now(job) if job is not None else turn.exchange_id
+    return chat_response(turn, exchange_id)
+
+
+async def afinish_chat_turn(turn: ChatTurn) -> dict[str, Any]:
+    """``finish_chat_turn`` for the event loop."""
+    job = chat_save_job(turn)
+    exchange_id = await journal.run(job) if job is not None else turn.exchange_id
+    return chat_response(turn, exchange_id)
+
+
+def chat_save_job(turn: ChatTurn) -> Job | None:
+    """What saves the turn: nothing for a failed one (as in Galaxy)."""
     reply = turn.answer.reply
-    exchange_id = turn.exchange_id
-    if reply.error is None:
-        agent_response = galaxy.render_agent_response(reply)
-        exchange_id = save_turn(turn.inquiry, reply.content, agent_response, exchange_id)
+    if reply.error is not None:
+        return None
+    agent_response = galaxy.render_agent_response(reply)
+    return save_turn_job(turn.inquiry, reply.content, agent_response, turn.exchange_id)
+
+
+def chat_response(turn: ChatTurn, exchange_id: int | None) -> dict[str, Any]:
     return galaxy.render_chat_response(
-        reply, exchange_id=exchange_id, processing_time=time.perf_counter() - turn.started
+        turn.answer.reply,
+        exchange_id=exchange_id,
+        processing_time=time.perf_counter() - turn.started,
     )
 
 
-def save_turn(
+EXCHANGES = ChatExchange._meta.db_table
+MESSAGES = ChatMessage._meta.db_table
+
+
+def save_turn_job(
     inquiry: Inquiry,
     response: str,
     agent_response: Mapping[str, Any],
     exchange_id: int | None = None,
-) -> int:
-    """Append the question and its answer to the exchange (a new one when none is given)."""
-    with transaction.atomic():
-        exchange = None
+) -> Job:
+    """Append the question and its answer to the exchange (a new one when none is given,
+    or when it was deleted while this turn was answered); the job returns its id."""
+
+    def save(sql: Statements) -> int:
+        pk = None
         if exchange_id is not None:
-            exchange = ChatExchange.objects.filter(pk=exchange_id).first()
-        if exchange is None:  # new, or deleted while this turn was answered
-            exchange = ChatExchange.objects.create(
-                agent_type=inquiry.agent_type[:200], session=inquiry.session
+            # Most recent conversations list first.
+            touched = sql.run(
+                f"UPDATE {EXCHANGES} SET updated_at = %s WHERE id = %s",
+                [sql.now(ChatExchange, "updated_at"), exchange_id],
             )
-        ChatMessage.objects.bulk_create(
-            [
-                ChatMessage(exchange=exchange, role="user", content=inquiry.query),
-                ChatMessage(
-                    exchange=exchange,
-                    role="assistant",
-                    content=response,
-                    agent_response=dict(agent_response),
-                ),
-            ]
-        )
-        exchange.save(update_fields=["updated_at"])  # most recent conversations list first
-    return exchange.pk
+            pk = exchange_id if touched else None
+        if pk is None:
+            exchange = {"agent_type": inquiry.agent_type[:200], "session": inquiry.session}
+            [pk] = sql.insert(ChatExchange, [exchange])
+        question = {"exchange_id": pk, "role": "user", "content": inquiry.query}
+        answer = {
+            "exchange_id": pk,
+            "role": "assistant",
+            "content": response,
+            "agent_response": dict(agent_response),
+        }
+        sql.append(ChatMessage, [question, answer])
+        return pk
+
+    return save
 
 
-def earlier_turns(exchange_id: int) -> list[tuple[str, str]]:
+def earlier_turns_job(exchange_id: int) -> Job:
     """The exchange's messages as ``(role, content)``; ExchangeNotFound if there is none."""
-    if not ChatExchange.objects.filter(pk=exchange_id).exists():
-        raise ExchangeNotFound(exchange_id)
-    messages = ChatMessage.objects.filter(exchange_id=exchange_id).order_by("id")
-    return list(messages.values_list("role", "content"))
+
+    def read(sql: Statements) -> list[tuple[str, str]]:
+        if not sql.rows(f"SELECT 1 FROM {EXCHANGES} WHERE id = %s", [exchange_id]):
+            raise ExchangeNotFound(exchange_id)
+        rows = sql.rows(
+            f"SELECT role, content FROM {MESSAGES} WHERE exchange_id = %s ORDER BY id",
+            [exchange_id],
+        )
+        return [(str(role), str(content)) for role, content in rows]
+
+    return read
 
 
 # -- reads and housekeeping for the chat routes --------------------------------------

@@ -1,5 +1,11 @@
 """Galaxy's agent and chat API (DESIGN section 3), served through DRF.
 
+The reply POSTs (the agent routes and ``/api/chat``) are answered on the event
+loop by the lean routes of ``routes.py``; these views still describe them (the
+API schema), take their other methods, and answer them alike when called
+directly: both parse, answer and render through the wire module and
+``exchanges``.
+
 Every route keeps Galaxy's error contract rather than the project-wide one:
 ``/api/chat`` reports failures inside a ChatResponse with HTTP 200; the other
 routes answer an HTTP status with ``{"err_msg", "err_code"}``. Bodies are read
@@ -11,8 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
@@ -22,13 +26,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from staticagents.core.inquiry import Inquiry
 from staticagents.core.numbers import is_ascii_number
 from staticagents.dialects.galaxy import exchanges as chat_exchanges
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.dialects.galaxy.exchanges import ExchangeNotFound
 from staticagents.dialects.galaxy.wire import GalaxyRequestInvalid
-from staticagents.replying.answer import Answer, answer_inquiry
+from staticagents.replying.answer import answer_inquiry
+from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.serving import access
 
@@ -78,38 +82,6 @@ def exchange_id_from_path(value: str) -> int:
     return galaxy.parse_exchange_id(value, where="exchange_id (in the path)")
 
 
-def agent_reply(
-    request: Request, inquiry: Inquiry, render: Callable[[Answer, float], Any]
-) -> Response:
-    """Answer ``inquiry``; a scripted error fails with its own status and Galaxy's error body."""
-    started = time.perf_counter()
-    answer = answer_inquiry(inquiry, route=request.path, body=request.body)
-    reply = answer.reply
-    if reply.error is not None:
-        headers = {"Retry-After": f"{reply.retry_after:g}"} if reply.retry_after else None
-        return Response(
-            galaxy.scripted_error_body(reply.error), reply.error.status, headers=headers
-        )
-    return Response(render(answer, time.perf_counter() - started))
-
-
-def saved_agent_response(inquiry: Inquiry, answer: Answer, save: bool) -> dict[str, Any]:
-    """The AgentResponse; with ``save_exchange`` the turn is kept and its id put in metadata."""
-    agent_response = galaxy.render_agent_response(answer.reply)
-    if not save:
-        return agent_response
-    exchange_id = chat_exchanges.save_turn(inquiry, answer.reply.content, agent_response)
-    return galaxy.render_agent_response(answer.reply, {"exchange_id": exchange_id})
-
-
-def inquiry_for(
-    request: Request, *, query: str, agent_type: str, context: Mapping[str, Any] | None
-) -> Inquiry:
-    return galaxy.galaxy_inquiry(
-        query=query, agent_type=agent_type, context=context, headers=request_headers(request)
-    )
-
-
 class ConfigurationView(GalaxyView):
     def get(self, request: Request) -> Response:
         return Response(galaxy.render_configuration())
@@ -120,46 +92,48 @@ class AgentListView(GalaxyView):
         return Response(galaxy.render_agent_list(active_ruleset().agent_types))
 
 
-class AgentQueryView(GalaxyView):
+class AgentView(GalaxyView):
+    """An agent route: parse, answer and render through the wire module, as the lean
+    reply route does (``routes.AgentRoute``), so both answer alike."""
+
+    route = galaxy.AGENT_QUERY
+
+    def post(self, request: Request) -> Response:
+        started = time.perf_counter()
+        agent = galaxy.parse_agent_request(self.route, request.body)
+        inquiry = galaxy.galaxy_inquiry(
+            query=agent.query,
+            agent_type=agent.agent_type,
+            context=agent.context,
+            headers=request_headers(request),
+        )
+        reply = answer_inquiry(inquiry, route=request.path, body=request.body).reply
+        exchange_id = None
+        if galaxy.saves_exchange(agent, reply):
+            saved = galaxy.render_agent_response(reply)
+            job = chat_exchanges.save_turn_job(inquiry, reply.content, saved)
+            exchange_id = journal.run_now(job)
+        took = time.perf_counter() - started
+        status, body, headers = galaxy.render_agent_reply(agent, reply, took, exchange_id)
+        return Response(body, status, headers=headers or None)
+
+
+class AgentQueryView(AgentView):
     """``POST /api/ai/agents/query``: ``{query, agent_type, context}``."""
 
-    def post(self, request: Request) -> Response:
-        payload = galaxy.parse_body(galaxy.AgentQueryBody, request.body)
-        context = payload.context or {}
-        agent_type = galaxy.resolve_agent_type(payload.agent_type, context)
-        inquiry = inquiry_for(request, query=payload.query, agent_type=agent_type, context=context)
-        return agent_reply(
-            request, inquiry, lambda answer, took: galaxy.render_query_response(answer.reply, took)
-        )
+    route = galaxy.AGENT_QUERY
 
 
-class ErrorAnalysisView(GalaxyView):
+class ErrorAnalysisView(AgentView):
     """``POST /api/ai/agents/error-analysis``: ``{query, job_id, error_details}``."""
 
-    def post(self, request: Request) -> Response:
-        payload = galaxy.parse_body(galaxy.ErrorAnalysisBody, request.body)
-        context = galaxy.error_analysis_context(payload)
-        inquiry = inquiry_for(
-            request, query=payload.query, agent_type="error_analysis", context=context
-        )
-        save = bool(payload.save_exchange)
-        return agent_reply(
-            request, inquiry, lambda answer, _: saved_agent_response(inquiry, answer, save)
-        )
+    route = galaxy.ERROR_ANALYSIS
 
 
-class CustomToolView(GalaxyView):
+class CustomToolView(AgentView):
     """``POST /api/ai/agents/custom-tool``: ``{query, context}``."""
 
-    def post(self, request: Request) -> Response:
-        payload = galaxy.parse_body(galaxy.CustomToolBody, request.body)
-        inquiry = inquiry_for(
-            request, query=payload.query, agent_type="custom_tool", context=payload.context or {}
-        )
-        save = bool(payload.save_exchange)
-        return agent_reply(
-            request, inquiry, lambda answer, _: saved_agent_response(inquiry, answer, save)
-        )
+    route = galaxy.CUSTOM_TOOL
 
 
 class ChatView(GalaxyView):

@@ -26,6 +26,7 @@ from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Reply, ReplyError
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import TimedFrame, plan_stream
+from staticagents.dialects.llm.wire import SLOT, TextTemplate
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -113,6 +114,21 @@ class BatchDeleteBody(_Body):
     ids: list[StrictInt | str] = Field(min_length=1)
 
 
+# The agent routes under /api/ai/agents/, by the last part of their path.
+AGENT_QUERY, ERROR_ANALYSIS, CUSTOM_TOOL = "query", "error-analysis", "custom-tool"
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """A parsed request to one of the agent routes (``route``: ``AGENT_QUERY``, …)."""
+
+    route: str
+    query: str
+    agent_type: str
+    context: dict[str, Any]
+    save_exchange: bool = False
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     """A parsed ``POST /api/chat`` (or ``/api/chat/stream``); ``query`` None means none given."""
@@ -167,6 +183,9 @@ def invalid_from(exc: ValidationError) -> GalaxyRequestInvalid:
     )
 
 
+MAX_EXCHANGE_ID = 2**63 - 1  # the largest key of a bigint column
+
+
 def field_path(loc: Sequence[int | str]) -> str:
     """``("ids", 0, "int")`` → ``ids[0]``: the field and its indexes, without union member tags."""
     if not loc:
@@ -175,12 +194,20 @@ def field_path(loc: Sequence[int | str]) -> str:
 
 
 def parse_exchange_id(value: Any, where: str = "exchange_id") -> int:
-    """An exchange id: an integer, or a string of digits (ids travel as either)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str) and is_ascii_number(value.strip()) and int(value) > 0:
-        return int(value)
-    raise GalaxyRequestInvalid(f"Invalid value for '{where}': {value!r} is not an exchange id")
+    """An exchange id: an integer, or a string of digits (ids travel as either).
+
+    Ids are the database's 64-bit keys: a larger number names no exchange.
+    """
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and is_ascii_number(value.strip()) and len(value.strip()) <= 19:
+        number = int(value)  # no longer than a 64-bit id: int() of 5,000 digits raises
+    if number is not None and 0 < number <= MAX_EXCHANGE_ID:
+        return number
+    shown = "a number beyond 64 bits" if number is not None and number.bit_length() > 64 else None
+    shown = shown or (repr(value) if len(str(value)) <= 40 else f"{repr(value)[:37]}...")
+    raise GalaxyRequestInvalid(f"Invalid value for '{where}': {shown} is not an exchange id")
 
 
 def parse_chat_request(body: bytes, params: Mapping[str, str]) -> ChatRequest:
@@ -210,6 +237,46 @@ def chat_context(payload: ChatBody, params: Mapping[str, str]) -> dict[str, Any]
     if params.get("job_id"):
         context["job_id"] = params["job_id"]
     return context
+
+
+def parse_agent_request(route: str, body: bytes) -> AgentRequest:
+    """``POST /api/ai/agents/{route}``: the query, the agent type it goes to, its context."""
+    if route == AGENT_QUERY:
+        query = parse_body(AgentQueryBody, body)
+        context = query.context or {}
+        agent_type = resolve_agent_type(query.agent_type, context)
+        return AgentRequest(route, query.query, agent_type, context)
+    if route == ERROR_ANALYSIS:
+        analysis = parse_body(ErrorAnalysisBody, body)
+        context = error_analysis_context(analysis)
+        save = bool(analysis.save_exchange)
+        return AgentRequest(route, analysis.query, "error_analysis", context, save)
+    tool = parse_body(CustomToolBody, body)
+    save = bool(tool.save_exchange)
+    return AgentRequest(route, tool.query, "custom_tool", tool.context or {}, save)
+
+
+def saves_exchange(request: AgentRequest, reply: Reply) -> bool:
+    """Whether the turn is kept as a chat exchange (``save_exchange``, and no scripted error)."""
+    return request.save_exchange and reply.error is None
+
+
+def render_agent_reply(
+    request: AgentRequest, reply: Reply, processing_time: float, exchange_id: int | None = None
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """An agent route's answer: ``(status, body, headers)``.
+
+    A scripted error fails with its own status and Galaxy's error body; the query
+    route answers ``{"response", "processing_time"}``, the others the AgentResponse,
+    with the id of the exchange it was saved in, if it was.
+    """
+    if reply.error is not None:
+        headers = {"Retry-After": f"{reply.retry_after:g}"} if reply.retry_after else {}
+        return reply.error.status, scripted_error_body(reply.error), headers
+    if request.route == AGENT_QUERY:
+        return 200, render_query_response(reply, processing_time), {}
+    extra = {"exchange_id": exchange_id} if exchange_id is not None else None
+    return 200, render_agent_response(reply, extra), {}
 
 
 def error_analysis_context(payload: ErrorAnalysisBody) -> dict[str, Any]:
@@ -437,14 +504,16 @@ def stream_events(reply: Reply, *, agent_type: str, routed: bool) -> list[TimedF
         TimedFrame(0.0, progress("responding", "Responding", "running", agent_type), "progress")
     )
     end = reply.timing.first_delay_ms / 1000
+    # Deltas differ only in their text: each kind is rendered once around the slot.
+    templates: dict[str, TextTemplate] = {}
     for piece in plan_stream(reply):
-        data = {
-            "step": "responding",
-            "kind": piece.kind,
-            "content": piece.text,
-            "agent_type": agent_type,
-        }
-        events.append(TimedFrame(piece.at, data, "delta"))
+        template = templates.get(piece.kind)
+        if template is None:
+            delta = {"step": "responding", "kind": piece.kind, "content": SLOT}
+            template = templates[piece.kind] = TextTemplate(
+                {**delta, "agent_type": agent_type}, "delta"
+            )
+        events.append(template.at(piece.at, piece.text))
         end = piece.at
     status = "failed" if reply.error is not None else "completed"
     events.append(

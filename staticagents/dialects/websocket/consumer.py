@@ -39,7 +39,7 @@ from staticagents.replying.answer import Answer, aanswer_inquiry
 from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.fallback import unknown_route_entry
-from staticagents.serving.stream import Faulted, send_paced
+from staticagents.serving.stream import Faulted, paced, send_paced
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             entry_id=self.entry_id,
             fault=fault,
             error_frame=fault_frame,
+            paced=paced(events),
         )
         if isinstance(stopped, Faulted):
             if stopped.kind == "disconnect":

@@ -35,6 +35,7 @@ from staticagents.core.replies import Reply
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import TimedFrame, plan_stream
 from staticagents.dialects.galaxy.wire import render_agent_response
+from staticagents.dialects.llm.wire import SLOT, TextTemplate
 from staticagents.document.schema import pydantic_errors
 
 DEFAULT_AGENT_TYPE = "router"
@@ -108,16 +109,12 @@ def stream_events(
         error = reply.error
         return [TimedFrame(0.0, error_event(error.type, error.message, error.status, request_id))]
     pieces = plan_stream(reply)
-    events = [
-        TimedFrame(
-            piece.at,
-            tagged(
-                {"type": "delta" if piece.kind == "text" else "thinking", "text": piece.text},
-                request_id,
-            ),
-        )
-        for piece in pieces
-    ]
+    # Deltas differ only in their text: each kind is rendered once around the slot.
+    templates = {
+        kind: TextTemplate(tagged({"type": name, "text": SLOT}, request_id))
+        for kind, name in (("text", "delta"), ("thinking", "thinking"))
+    }
+    events = [templates[piece.kind].at(piece.at, piece.text) for piece in pieces]
     end = pieces[-1].at if pieces else reply.timing.first_delay_ms / 1000
     closing = [
         tool_call_event(call.id, call.name, dict(call.arguments)) for call in reply.tool_calls

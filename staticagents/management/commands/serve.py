@@ -1,26 +1,45 @@
 """``serve``: migrate, load a fixture, then serve HTTP and WebSocket with uvicorn.
 
-Like every command, it runs Django's system checks first (``staticagents.checks``),
-so a setting out of its limits stops it before anything is served.
+In that order, each step only once the one before it worked: the options are
+parsed (a bad one exits with status 2, nothing touched), Django's system checks
+run (``staticagents.checks``), the port is bound (a port in use stops it here,
+before the database is touched or a control token created), then the database
+is migrated, the fixture loaded, the token announced and "serving on" printed.
+
+SIGTERM or SIGINT stops it within a few seconds: open streams send the rest of
+their script at once and end with their dialect's end marker
+(``serving.shutdown``), requests under way finish and their journal entries are
+committed, and whatever still runs after ``SHUTDOWN_GRACE_SECONDS`` is cancelled.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from staticagents.checks import check_served_host
 from staticagents.conf import settings
+from staticagents.management.commands._database_template import (
+    save_template,
+    start_from_template,
+)
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
 from staticagents.services import ensure_control_token, import_fixture
+from staticagents.serving.logs import FORMATS, LEVELS, log_config
 
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+# Once told to stop, requests still running after this long are cancelled.
+SHUTDOWN_GRACE_SECONDS = 5
+BACKLOG = 2048  # uvicorn's own
 
 
 def port_number(text: str) -> int:
@@ -59,7 +78,21 @@ class Command(BaseCommand):
             help="fixture to load (replacing the rules); default: "
             "$STATIC_AGENTS_FIXTURE, else the bundled demo when no rules",
         )
-        parser.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+        parser.add_argument(
+            "--log-level",
+            default="warning",
+            choices=tuple(LEVELS),
+            help="info and below: one access-log line per request on stdout",
+        )
+        parser.add_argument(
+            "--log-format", default="text", choices=FORMATS, help="json: one object a line"
+        )
+        parser.add_argument(
+            "--template-dir",
+            type=Path,
+            default=None,
+            help="start a new SQLite database from a migrated copy kept here (made on first use)",
+        )
         parser.add_argument(
             "--proxy-headers",
             action="store_true",
@@ -69,28 +102,28 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         for warning in check_served_host(options["host"]):
             self.stderr.write(self.style.WARNING(str(warning)))
-        call_command("migrate", interactive=False, verbosity=0)
-        self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
-        self.announce_control_token()
-        base = f"http://{options['host']}:{options['port']}/"
-        self.stdout.write(f"Static Agents serving on {base} ({options['workers']} worker(s))")
-        self.announce_admin(base)
-        self.stdout.flush()
-        import uvicorn
+        listener = listening_socket(options["host"], options["port"])
+        try:
+            self.migrate(options["template_dir"])
+            self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
+            self.announce_control_token()
+            host, port = listener.getsockname()[:2]
+            base = f"http://{host}:{port}/"
+            self.stdout.write(f"Static Agents serving on {base} ({options['workers']} worker(s))")
+            self.announce_admin(base)
+            self.stdout.flush()
+            run_server(listener, options)
+        finally:
+            listener.close()
 
-        uvicorn.run(
-            "staticagents.asgi:served_application",
-            factory=True,
-            host=options["host"],
-            port=options["port"],
-            workers=options["workers"],
-            log_level=options["log_level"],
-            access_log=False,
-            lifespan="off",
-            # X-Forwarded-* rewriting costs every request a middleware layer; a
-            # deployment behind a proxy turns it on with --proxy-headers.
-            proxy_headers=options["proxy_headers"],
-        )
+    def migrate(self, template_dir: Path | None) -> None:
+        """Migrate; with a template directory, a new database starts from a migrated copy
+        (the migrations then have nothing to do), and the first one made is kept there."""
+        if template_dir is not None:
+            start_from_template(template_dir)
+        call_command("migrate", interactive=False, verbosity=0)
+        if template_dir is not None:
+            save_template(template_dir)  # only when there is none yet
 
     def announce_control_token(self) -> None:
         """Print the control API's token the first time serve creates it (shown only then)."""
@@ -114,3 +147,60 @@ class Command(BaseCommand):
             path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
         result = import_fixture(document=read_fixture(path))
         self.stdout.write(f"{path}: {result.summary()}")
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, or a CommandError saying why not.
+
+    Connections that arrive before the server accepts them wait in its backlog.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        raise CommandError(f"cannot listen on {host}:{port} (--host, --port): {reason}") from None
+    sock.listen(BACKLOG)
+    sock.set_inheritable(True)  # the worker processes serve it too
+    return sock
+
+
+def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
+    """Serve on ``listener`` until told to stop, with one process or several workers."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from staticagents.serving.protocol import JSONErrorsHttpProtocol
+
+    workers = options["workers"]
+    metrics_directory = None
+    if workers > 1:  # the workers' metrics, summed at each scrape (serving.metrics)
+        metrics_directory = tempfile.mkdtemp(prefix="static-agents-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_directory
+    config = uvicorn.Config(
+        "staticagents.asgi:served_application",
+        factory=True,
+        workers=workers,
+        log_level=options["log_level"],
+        log_config=log_config(options["log_level"], options["log_format"]),
+        access_log=False,  # ours is serving.telemetry's
+        lifespan="off",
+        http=JSONErrorsHttpProtocol,  # bytes uvicorn cannot parse get our JSON 400
+        # X-Forwarded-* rewriting costs every request a middleware layer; a
+        # deployment behind a proxy turns it on with --proxy-headers.
+        proxy_headers=options["proxy_headers"],
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
+    try:
+        if workers > 1:
+            Multiprocess(config, sockets=[listener]).run()
+        else:
+            uvicorn.Server(config).run(sockets=[listener])
+    except KeyboardInterrupt:
+        pass  # uvicorn raises the SIGINT again once it has stopped
+    finally:
+        if metrics_directory is not None:
+            shutil.rmtree(metrics_directory, ignore_errors=True)

@@ -215,13 +215,15 @@ def test_partial_events_carry_the_deltas_at_their_scripted_offsets() -> None:
     )
     partials = adk.partial_events(reply, IDS)
     assert [frame.at for frame in partials] == pytest.approx([0.010, 0.015, 0.020, 0.025])
-    assert [frame.data["content"]["parts"] for frame in partials] == [
+    assert [frame.payload["content"]["parts"] for frame in partials] == [
         [{"text": "a ", "thought": True}],
         [{"text": "b", "thought": True}],
         [{"text": "c "}],
         [{"text": "d"}],
     ]
-    assert all(frame.data["partial"] is True and frame.data["id"] == "ev-1" for frame in partials)
+    assert all(
+        frame.payload["partial"] is True and frame.payload["id"] == "ev-1" for frame in partials
+    )
 
 
 def test_the_user_event_keeps_the_message_and_the_state_delta() -> None:
@@ -243,7 +245,7 @@ def test_run_sse_sends_the_final_event_alone_unless_streaming() -> None:
     final = TimedFrame(0.0, adk.final_event(reply, IDS))
     assert adk.sse_events(reply, IDS, streaming=False) == [final]
     streamed = adk.sse_events(reply, IDS, streaming=True)
-    assert [(frame.at, "partial" in frame.data) for frame in streamed] == [
+    assert [(frame.at, "partial" in frame.payload) for frame in streamed] == [
         (0.0, True),
         (pytest.approx(0.005), True),
         (pytest.approx(0.005), False),

@@ -228,7 +228,7 @@ def test_exchange_messages_split_each_turn_into_user_and_assistant_entries() -> 
 def test_a_stream_sends_progress_then_the_text_on_its_schedule() -> None:
     timed = reply(content="one two three", timing=Timing(first_delay_ms=100, word_delay_ms=50))
     events = galaxy.stream_events(timed, agent_type="router", routed=True)
-    assert [(e.event, e.data.get("step"), e.data.get("status")) for e in events] == [
+    assert [(e.event, e.payload.get("step"), e.payload.get("status")) for e in events] == [
         ("progress", "routing", "completed"),
         ("progress", "responding", "running"),
         ("delta", "responding", None),
@@ -237,7 +237,7 @@ def test_a_stream_sends_progress_then_the_text_on_its_schedule() -> None:
         ("progress", "responding", "completed"),
     ]
     deltas = [e for e in events if e.event == "delta"]
-    assert "".join(e.data["content"] for e in deltas) == "one two three"
+    assert "".join(e.payload["content"] for e in deltas) == "one two three"
     assert [e.at for e in deltas] == pytest.approx([0.1, 0.15, 0.2])
     assert events[-1].at == pytest.approx(0.2)
 

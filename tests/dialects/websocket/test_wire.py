@@ -74,7 +74,7 @@ def test_events_come_in_order_on_the_reply_script() -> None:
         }
     )
     events = ws.stream_events(reply, session="s", request_id="r")
-    assert [(e.at, e.data["type"]) for e in events] == [
+    assert [(e.at, e.payload["type"]) for e in events] == [
         (pytest.approx(0.010), "thinking"),
         (pytest.approx(0.015), "delta"),
         (pytest.approx(0.020), "delta"),
@@ -82,7 +82,7 @@ def test_events_come_in_order_on_the_reply_script() -> None:
         (pytest.approx(0.020), "result"),
         (pytest.approx(0.020), "done"),
     ]
-    assert [e.data.get("text") for e in events[:3]] == ["hmm", "a ", "b"]
+    assert [e.payload.get("text") for e in events[:3]] == ["hmm", "a ", "b"]
     assert events[3].data == {
         "type": "tool_call",
         "id": "c1",
@@ -90,7 +90,7 @@ def test_events_come_in_order_on_the_reply_script() -> None:
         "arguments": {"q": 1},
         "request_id": "r",
     }
-    assert all(e.data["request_id"] == "r" for e in events)
+    assert all(e.payload["request_id"] == "r" for e in events)
 
 
 def test_the_result_carries_galaxys_agent_response() -> None:

@@ -1,0 +1,292 @@
+"""The testing kit: what an agent test costs beyond its reply, and how soon the service answers.
+
+    python -m bench.kit [--tests 100] [--tree ../other-checkout] [--json]
+
+**Per test.** A generated suite of ``--tests`` agent tests runs under pytest with
+the plugin, in a subprocess, as a user's suite does. Each test first times a
+plain reply (``POST /v1/chat/completions`` without a session, on a warm HTTP
+connection; the second of two, as the first may find a snapshot to rebuild),
+then its kit calls: a ``replies()`` script, or rules installed (each test's
+marker installs two rules before it; the test installs them again, or them
+with one rule changed), then one reply in the test's session and
+``requests()``. The row gives the medians, and the median over the tests of
+each test's kit time divided by its own plain reply; a whole test (fixture
+setup and teardown included) is set against a trivial test (two plain replies).
+
+**Start-up.** The time from starting the service to its first reply, against a
+bare uvicorn app (``bench/raw_asgi.py``) started the same way, alternating,
+best of ``--starts``.
+
+``--tree`` runs the suite and the start-up against another checkout (an earlier
+version, say) with this interpreter. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.servers import ROOT, free_port
+
+SUITE = """
+import json, os, time
+
+import httpx
+import pytest
+
+TESTS = int(os.environ["KIT_BENCH_TESTS"])
+TIMES: dict[str, list[float]] = {}
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
+
+
+def note(kind, seconds):
+    TIMES.setdefault(kind, []).append(seconds)
+
+
+@pytest.fixture(scope="session")
+def http():
+    with httpx.Client() as client:
+        yield client
+    with open(os.environ["KIT_BENCH_OUT"], "w") as out:
+        json.dump(TIMES, out)
+
+
+def ask(http, url, headers):
+    response = http.post(url + "/v1/chat/completions", json=BODY, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def plain(http, url):
+    ask(http, url, {})  # the first may find the rules just changed (a snapshot to rebuild)
+    started = time.perf_counter()
+    ask(http, url, {})
+    note("plain", time.perf_counter() - started)
+
+
+def rules(n):
+    return {"rules": [
+        {"name": "greet", "match": {"contains": "hello"}, "response": {"content": f"Hi {n}"}},
+        {"name": "other", "match": {"contains": "bye"}, "response": {"content": "Bye"}},
+    ]}
+
+
+@pytest.mark.parametrize("n", range(TESTS))
+def test_script(n, static_agents, http):
+    plain(http, static_agents.base_url)
+    started = time.perf_counter()
+    static_agents.replies(f"answer {n}")
+    answer = ask(http, static_agents.base_url, static_agents.headers)
+    journal = static_agents.requests()
+    note("script", time.perf_counter() - started)
+    assert answer == f"answer {n}" and [entry.rule for entry in journal] == ["replies"]
+
+
+@pytest.mark.static_agents_fixture(rules(0))
+@pytest.mark.parametrize("n", range(TESTS))
+def test_same_rules(n, static_agents, http):
+    plain(http, static_agents.base_url)
+    started = time.perf_counter()
+    static_agents.install(rules(0))
+    answer = ask(http, static_agents.base_url, static_agents.headers)
+    journal = static_agents.requests()
+    note("same rules", time.perf_counter() - started)
+    assert answer == "Hi 0" and len(journal) == 1
+
+
+@pytest.mark.static_agents_fixture(rules(0))
+@pytest.mark.parametrize("n", range(TESTS))
+def test_changed_rule(n, static_agents, http):
+    plain(http, static_agents.base_url)
+    started = time.perf_counter()
+    static_agents.install(rules(n + 1))
+    answer = ask(http, static_agents.base_url, static_agents.headers)
+    journal = static_agents.requests()
+    note("changed rule", time.perf_counter() - started)
+    assert answer == f"Hi {n + 1}" and len(journal) == 1
+
+
+@pytest.mark.parametrize("n", range(TESTS))
+def test_trivial(n, static_agents_server, http):
+    plain(http, static_agents_server.url)
+"""
+
+CONFTEST = """
+import json, os, time
+
+import pytest
+
+WHOLE: dict[str, list[float]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    started = time.perf_counter()
+    yield
+    WHOLE.setdefault(item.originalname, []).append(time.perf_counter() - started)
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["KIT_BENCH_OUT"] + ".whole", "w") as out:
+        json.dump(WHOLE, out)
+"""
+
+KINDS = ("script", "same rules", "changed rule")
+WHOLE_TESTS = {"script": "test_script", "same rules": "test_same_rules"}
+
+
+def run_suite(tests: int, tree: Path) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    with tempfile.TemporaryDirectory(prefix="sa-kit-") as scratch:
+        folder = Path(scratch)
+        (folder / "test_agents.py").write_text(SUITE)
+        (folder / "conftest.py").write_text(CONFTEST)
+        out = folder / "times.json"
+        environment = {
+            **os.environ,
+            "KIT_BENCH_TESTS": str(tests),
+            "KIT_BENCH_OUT": str(out),
+            "PYTHONPATH": str(tree),
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        }
+        environment.pop("DJANGO_SETTINGS_MODULE", None)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "staticagents.testing.plugin"]
+        command += ["-p", "no:cacheprovider", str(folder)]
+        done = subprocess.run(command, cwd=folder, env=environment, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the kit suite failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+        times = json.loads(out.read_text())
+        whole = json.loads(Path(f"{out}.whole").read_text())
+    return times, whole
+
+
+def median_ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 2)
+
+
+def suite_rows(tests: int, tree: Path, label: str) -> list[dict[str, Any]]:
+    times, whole = run_suite(tests, tree)
+    trivial = statistics.median(whole["test_trivial"])
+    rows = []
+    for index, kind in enumerate(KINDS):
+        # Each test timed a plain reply just before its kit calls: the ratio of the two,
+        # taken test by test, outlasts a machine whose speed moves from second to second.
+        plain = times["plain"][index * tests : (index + 1) * tests]
+        ratios = [kit / reply for kit, reply in zip(times[kind], plain, strict=True)]
+        test = whole.get(f"test_{kind.replace(' ', '_')}", [])[1:]  # the first starts the service
+        rows.append(
+            {
+                "tree": label,
+                "kit calls": kind,
+                "kit ms": median_ms(times[kind]),
+                "plain reply ms": median_ms(plain),
+                "kit ÷ plain reply": round(statistics.median(ratios), 1),
+                "whole test ms": median_ms(test),
+                "trivial test ms": round(trivial * 1000, 2),
+            }
+        )
+    return rows
+
+
+def first_reply(command: list[str], env: dict[str, str], url: str) -> float:
+    """Seconds from starting ``command`` to its first answered reply (polled every 10 ms)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command} exited with {process.returncode}")
+            try:
+                if (
+                    httpx.post(f"{url}/v1/chat/completions", json=body, timeout=1).status_code
+                    == 200
+                ):
+                    return time.perf_counter() - started
+            except httpx.HTTPError:
+                time.sleep(0.01)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def start_ours(tree: Path) -> float:
+    """The plugin's way: ``StaticAgentsServer.start()``, then one reply."""
+    code = (
+        "import sys, tempfile, time, httpx\n"
+        "from pathlib import Path\n"
+        "started = time.perf_counter()\n"
+        "from staticagents.testing.server import StaticAgentsServer\n"
+        "with StaticAgentsServer(Path(tempfile.mkdtemp())) as server:\n"
+        "    body = {'model': 'm', 'messages': [{'role': 'user', 'content': 'hello'}]}\n"
+        "    httpx.post(server.url + '/v1/chat/completions', json=body).raise_for_status()\n"
+        "    print(time.perf_counter() - started)\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(tree)}
+    environment.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def start_bare() -> float:
+    port = free_port()
+    with tempfile.NamedTemporaryFile(suffix=".json") as body:
+        body.write(b'{"choices": []}')
+        body.flush()
+        environment = {**os.environ, "BENCH_RAW_BODY_FILE": body.name, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-m", "uvicorn", "bench.raw_asgi:app", "--port", str(port)]
+        command += ["--log-level", "warning"]
+        return first_reply(command, environment, f"http://127.0.0.1:{port}")
+
+
+def startup_rows(starts: int, trees: list[tuple[str, Path]]) -> list[dict[str, Any]]:
+    bare: list[float] = []
+    ours: dict[str, list[float]] = {label: [] for label, _ in trees}
+    for _ in range(starts):
+        bare.append(start_bare())
+        for label, tree in trees:
+            ours[label].append(start_ours(tree))
+    return [
+        {
+            "tree": label,
+            "first reply s (best)": round(min(ours[label]), 3),
+            "bare uvicorn s (best)": round(min(bare), 3),
+            "ours ÷ bare": round(min(ours[label]) / min(bare), 2),
+        }
+        for label, _ in trees
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--tests", type=int, default=100, help="tests of each kind")
+    parser.add_argument("--starts", type=int, default=3, help="start-ups of each server")
+    parser.add_argument("--tree", type=Path, help="another checkout, run beside this one")
+    parser.add_argument("--json", action="store_true", help="print rows as JSON")
+    parser.add_argument("--tests-only", action="store_true", help="no start-up rows")
+    parser.add_argument("--startup-only", action="store_true", help="no per-test rows")
+    args = parser.parse_args()
+    trees = [("this", ROOT)] + ([("other", args.tree.resolve())] if args.tree else [])
+    if not args.startup_only:
+        rows = [row for label, tree in trees for row in suite_rows(args.tests, tree, label)]
+        print(json.dumps(rows) if args.json else "\n".join(map(str, rows)))
+    if not args.tests_only:
+        starts = startup_rows(args.starts, trees)
+        print(json.dumps(starts) if args.json else "\n".join(map(str, starts)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Per request: one access-log line and the request metrics (``Observed``, around the service).
+
+The line (logger ``staticagents.access``, info level) gives the method, the path
+without its query, the status, the dialect, the rule and the outcome the journal
+recorded (``-`` when the request was not journaled: a refusal, the admin) and the
+duration. A WebSocket connection is one line when it ends (method ``WS``,
+status 101 once accepted). What is logged never includes a header or a query, so
+never a key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from time import perf_counter
+from typing import Any
+
+from staticagents.replying.recorded import RequestRecord, current_request
+from staticagents.serving.fallback import api_of
+from staticagents.serving.metrics import REPLY_SECONDS, REQUESTS
+from staticagents.serving.route import Message, Receive, Scope, Send
+
+access_log = logging.getLogger("staticagents.access")
+
+
+class Observed:
+    """The ASGI application ``app``, each request counted and logged when it ends."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        exchange = Exchange(send)
+        reset = current_request.set(exchange)
+        try:
+            await self.app(scope, receive, exchange.send)
+        finally:
+            current_request.reset(reset)
+            finished(scope, exchange)
+
+
+class Exchange(RequestRecord):
+    """One request: what the journal recorded, the response's status and when it began."""
+
+    __slots__ = ("began", "send_on", "started", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.dialect = self.rule = self.outcome = ""
+        self.send_on = send
+        self.status = 0
+        self.started = perf_counter()
+        self.began = 0.0
+
+    def send(self, message: Message) -> Awaitable[None]:
+        if self.status == 0:
+            self.starts(message)
+        return self.send_on(message)  # the server's own send, awaited by the caller
+
+    def starts(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = message["status"]
+        elif kind == "websocket.accept":
+            self.status = 101
+        elif kind in ("websocket.close", "websocket.http.response.start"):
+            self.status = 403  # refused before the handshake completed
+        else:
+            return
+        self.began = perf_counter()
+
+
+def finished(scope: Scope, exchange: Exchange) -> None:
+    """Count the request and log its line (the server answers an unstarted response with 500)."""
+    status = exchange.status or 500
+    dialect = exchange.dialect or dialect_of(scope)
+    ended = perf_counter()
+    counted = _counted.get((dialect, exchange.outcome, status))
+    if counted is None:
+        counted = _count(dialect, exchange.outcome, status)
+    counted[0].inc()
+    counted[1].observe((exchange.began or ended) - exchange.started)
+    if access_log.isEnabledFor(logging.INFO):
+        log_line(scope, exchange, status, dialect, (ended - exchange.started) * 1000)
+
+
+# The metrics' children by (dialect, outcome, status): finding one by its labels costs
+# more than counting. A handful of combinations occur; the cache is bounded all the same.
+_counted: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+_dialects: dict[str, str] = {}  # the dialect of a path no journal entry named
+CACHE_SIZE = 1024
+
+
+def _count(dialect: str, outcome: str, status: int) -> tuple[Any, Any]:
+    if len(_counted) >= CACHE_SIZE:
+        _counted.clear()
+    children = (
+        REQUESTS.labels(dialect, outcome or "none", str(status)),
+        REPLY_SECONDS.labels(dialect),
+    )
+    _counted[(dialect, outcome, status)] = children
+    return children
+
+
+def dialect_of(scope: Scope) -> str:
+    """The API a request was for, from its path, when no journal entry said."""
+    if scope["type"] == "websocket":
+        return "websocket"
+    path = scope["path"]
+    dialect = _dialects.get(path)
+    if dialect is None:
+        if len(_dialects) >= CACHE_SIZE:
+            _dialects.clear()
+        dialect = _dialects[path] = api_of(path, {})
+    return dialect
+
+
+def log_line(
+    scope: Scope, record: RequestRecord, status: int, dialect: str, duration_ms: float
+) -> None:
+    method = "WS" if scope["type"] == "websocket" else scope.get("method", "")
+    # The raw path, as sent: the decoded one could carry a line break into the log.
+    raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+    path = raw.split(b"?", 1)[0].decode("ascii", "backslashreplace")
+    fields = {
+        "method": method,
+        "path": path,
+        "status": status,
+        "dialect": dialect,
+        "rule": record.rule or None,
+        "outcome": record.outcome or None,
+        "duration_ms": round(duration_ms, 3),
+    }
+    access_log.info(
+        "%s %s %d dialect=%s rule=%s outcome=%s %.1fms",
+        method,
+        path,
+        status,
+        dialect,
+        record.rule or "-",
+        record.outcome or "-",
+        duration_ms,
+        extra={"request": fields},
+    )
