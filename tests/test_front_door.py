@@ -100,10 +100,10 @@ def test_serve_names_the_admin_and_how_to_create_its_first_user(tmp_path: Path) 
         assert f"Admin: http://127.0.0.1:{port}/admin/" in served.output
         assert "`static-agents createsuperuser`" in served.output
         base = f"http://127.0.0.1:{port}"
-        served.wait_for("Uvicorn running")  # uvicorn's own line: the socket is listening
-        docs = httpx.get(f"{base}/api/docs/").text
+        served.wait_for("Started server process")  # serve listens before it says so
+        docs = httpx.get(f"{base}/api/docs/", timeout=30).text
         [asset] = re.findall(r'src="([^"]*swagger-ui-bundle\.js)"', docs)
-        script = httpx.get(f"{base}{asset}")  # served by the service itself
+        script = httpx.get(f"{base}{asset}", timeout=30)  # served by the service itself
         assert script.status_code == 200 and "SwaggerUIBundle" in script.text
     finally:
         served.stop()
