@@ -16,6 +16,7 @@ Registered by the app config with the tag ``staticagents`` (``check --tag static
 * ``staticagents.E007``: ``STATIC_AGENTS_JOURNAL``, True or False
 * ``staticagents.E008``: ``STATIC_AGENTS_API_KEYS``, a list of non-empty strings
 * ``staticagents.E009``: ``STATIC_AGENTS_CONTROL_TOKEN``, a string
+* ``staticagents.E010``: ``STATIC_AGENTS_MATCH_BUDGET_MS``, a whole number, 1 to 60000
 * ``staticagents.E020``: ``STATIC_AGENTS_METRICS``, ``"token"`` or ``"open"``
 * ``staticagents.W001`` (``serve`` alone): a weak ``SECRET_KEY``, DEBUG off, a reachable host
 """
@@ -85,6 +86,7 @@ def is_key_list(value: object) -> bool:
 
 
 POSITIVE, DELAY, ABOVE_0 = whole_number(1), whole_number(0, 600_000), positive_number
+BUDGET = whole_number(1, 60_000)
 # fmt: off
 LIMITS = (
     Limit("E001", "STATIC_AGENTS_MAX_BODY_BYTES", "a whole number of bytes, at least 1", POSITIVE),
@@ -96,13 +98,14 @@ LIMITS = (
     Limit("E007", "STATIC_AGENTS_JOURNAL", "True or False", is_bool),
     Limit("E008", "STATIC_AGENTS_API_KEYS", "a list of non-empty strings", is_key_list),
     Limit("E009", "STATIC_AGENTS_CONTROL_TOKEN", "a string (empty: serve creates one)", is_string),
+    Limit("E010", "STATIC_AGENTS_MATCH_BUDGET_MS", "a whole number of ms, 1 to 60000", BUDGET),
     Limit("E020", "STATIC_AGENTS_METRICS", "'token' or 'open'", is_metrics_access),
 )
 # fmt: on
 
 
 def check_limits(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
-    """Each setting with a type or a range: E001 to E005, E007 to E009, E020."""
+    """Each setting with a type or a range: E001 to E005, E007 to E010, E020."""
     errors: list[CheckMessage] = []
     for code, name, expected, valid in LIMITS:
         value = getattr(settings, name)

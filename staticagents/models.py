@@ -364,7 +364,7 @@ class JournalEntry(models.Model):
     status = models.PositiveSmallIntegerField(default=200)
     duration_ms = models.FloatField(default=0)
     diagnosis = models.JSONField(
-        null=True, blank=True, help_text="Why no rule matched (fallback answers only)"
+        null=True, blank=True, help_text="Why no rule matched, or which rules ran out of time"
     )
     counted = models.BooleanField(default=True, help_text="Cleared when the counters are reset")
 

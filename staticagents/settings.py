@@ -266,6 +266,11 @@ STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000, unit="
 STATIC_AGENTS_MATCH_WINDOW = env_int(
     "STATIC_AGENTS_MATCH_WINDOW", 100_000, unit="characters", minimum=1
 )
+# What the regexes RE2 cannot run (lookaround, backreferences, atomic groups) may spend
+# on one inquiry, in all; a rule that runs out does not answer it (core.regexes).
+STATIC_AGENTS_MATCH_BUDGET_MS = env_int(
+    "STATIC_AGENTS_MATCH_BUDGET_MS", 50, unit="ms", minimum=1, maximum=60_000
+)
 STATIC_AGENTS_MAX_BODY_BYTES = env_int(
     "STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024, unit="bytes", minimum=1
 )

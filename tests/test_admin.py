@@ -241,6 +241,22 @@ def test_an_invalid_query_regex_is_shown_on_the_query_field(
     assert version() == before
 
 
+def test_a_regex_that_backtracks_exponentially_is_refused_on_its_field(
+    admin_client: Client, rules: None
+) -> None:
+    before = version()
+    url = change_url("greet")
+    data = change_form_data(admin_client, url)
+    data["match_query"] = "(a|a)*$"
+    response = admin_client.post(url, data)
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["match_query"]
+    assert "backtrack exponentially" in errors["match_query"][0]
+    assert errors.as_data()["match_query"][0].code == "schema_slow_regex"
+    assert Rule.objects.get(name="greet").match_query == "(?i)hello"
+    assert version() == before
+
+
 def test_an_invalid_context_regex_names_the_context_field(
     admin_client: Client, rules: None
 ) -> None:

@@ -14,8 +14,13 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import sqlite3
+import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -839,3 +844,132 @@ def test_an_unknown_websocket_path_gets_a_404_event_and_a_close(
         with pytest.raises(ConnectionClosed):
             socket.recv(timeout=5)
         assert socket.close_code == 4404
+
+
+# -- regexes that backtrack ----------------------------------------------------------------
+
+# The possessive and atomic forms the save-time check accepts and a backreference that
+# backtracks exponentially: they need the timed engine, so they come first, where they
+# spend the inquiry's budget. Then issue 19's list, refused when saved, which RE2 runs in
+# linear time (each also matches the empty text before the end, as re.search finds).
+TIMED_REGEXES = [r"(a+)++$", r"(?>a+)+$", r"((a|a)*)\1$"]
+HOSTILE_REGEXES = [
+    *TIMED_REGEXES,
+    r"(a|a)*$",
+    r"(a|aa)+$",
+    r"(\w+\s?)+$",
+    r"(a+){20}$",
+    r"(.*a){20}",
+    r"((a+))+$",
+    r"(?:(?:a)+)+$",
+    r"(a+?)+$",
+]
+# Near-misses: exponential, polynomial and (for the possessive forms) quadratic searches.
+WORST_INPUTS = ["a" * 40 + "b", "a" * 19 + "b" * 3_000, "a" * 30_000 + "b"]
+BUDGET_MS = 20
+
+
+def install_behind_the_checks(database: Path, patterns: list[str]) -> None:
+    """Put ``patterns`` into the placeholder rules straight in the database, as an older
+    version could have (one that kept no digest of the rule's document), bypassing the
+    save-time check."""
+    with sqlite3.connect(database) as db:
+        for index, pattern in enumerate(patterns):
+            db.execute(
+                "UPDATE staticagents_rule SET match_query = ?, digest = '' WHERE name = ?",
+                (pattern, f"hostile-{index}"),
+            )
+        db.execute("UPDATE staticagents_rulesetstate SET stamp = ?", (uuid.uuid4().hex,))
+
+
+def chat(client: httpx.Client, query: str, session: str) -> httpx.Response:
+    body = {"model": "m", "messages": [{"role": "user", "content": query}]}
+    headers = {"X-Static-Session": session}
+    return client.post("/v1/chat/completions", json=body, headers=headers)
+
+
+def timed(ask: Callable[[], httpx.Response]) -> float:
+    started = time.perf_counter()
+    response = ask()
+    assert response.status_code == 200, response.text[:300]
+    return time.perf_counter() - started
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_hostile_regexes_never_hold_a_worker(tmp_path: Path, workers: int) -> None:
+    """Every hostile pattern installed at once, queried with its worst inputs over and over:
+    other requests keep answering within what one hostile request takes alone (measured in
+    this run) plus their own usual time, and the journal names the rules that ran out."""
+    from bench.servers import serve
+
+    placeholders = [
+        {"name": f"hostile-{i}", "match": {"query": f"placeholder {i}"}, "response": {}}
+        for i in range(len(HOSTILE_REGEXES))
+    ]
+    document = {"rules": [*placeholders, {"name": "ping", "response": {"content": "pong"}}]}
+    fixture = tmp_path / "rules.yml"
+    fixture.write_text(json.dumps(document))
+    database = tmp_path / "db.sqlite3"
+    environment = {
+        "STATIC_AGENTS_MATCH_BUDGET_MS": str(BUDGET_MS),
+        "STATIC_AGENTS_CONTROL_TOKEN": CONTROL_TOKEN,
+    }
+    with serve(
+        f"serve x{workers}",
+        database_url=f"sqlite:///{database}",
+        fixture=fixture,
+        workers=workers,
+        env=environment,
+    ) as server:
+        install_behind_the_checks(database, HOSTILE_REGEXES)
+        url = server.url
+        client = httpx.Client(base_url=url, timeout=60)
+        for _ in range(2 * workers):  # every worker compiles the new rules first
+            chat(client, "warm up", "usual")
+        usual = sorted(timed(lambda: chat(client, "ping", "usual")) for _ in range(30))
+        alone = max(
+            timed(lambda text=text: chat(client, text, "hostile"))  # type: ignore[misc]
+            for text in WORST_INPUTS
+            for _ in range(3)
+        )
+
+        stop = threading.Event()
+
+        def attack() -> None:
+            with httpx.Client(base_url=url, timeout=60) as own:
+                while not stop.is_set():
+                    for text in WORST_INPUTS:
+                        chat(own, text, "hostile")
+
+        attackers = [threading.Thread(target=attack) for _ in range(workers)]
+        for attacker in attackers:
+            attacker.start()
+        try:
+            during = [timed(lambda: chat(client, "ping", "during")) for _ in range(40)]
+        finally:
+            stop.set()
+            for attacker in attackers:
+                attacker.join()
+            client.close()
+
+        figures = f"usual p50 {usual[15] * 1000:.1f} ms, max {usual[-1] * 1000:.1f} ms; one "
+        figures += f"hostile request alone {alone * 1000:.1f} ms; others during the attack "
+        figures += f"p50 {sorted(during)[20] * 1000:.1f} ms, max {max(during) * 1000:.1f} ms"
+        print(f"\n{workers} worker(s): {figures}")
+        assert max(during) <= 2 * (alone + usual[-1]), figures
+
+        control_headers = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+        with httpx.Client(base_url=f"{url}/control", headers=control_headers) as control:
+            entries = control.get("/journal", params={"session": "hostile"}).json()["results"]
+            explained = control.post("/explain", json={"query": WORST_INPUTS[2]}).json()
+    overruns = {
+        verdict["rule"]
+        for entry in entries
+        for verdict in entry["diagnosis"] or []
+        if "ran out of" in (verdict["reason"] or "")
+    }
+    assert overruns == {"hostile-0", "hostile-1", "hostile-2"}
+    assert {entry["rule"] for entry in entries} == {"hostile-3"}  # the first that holds
+    reasons = [verdict["reason"] for verdict in explained["verdicts"][:3]]
+    assert all(f"{BUDGET_MS} ms time budget" in reason for reason in reasons), reasons
+    assert explained["rule"] == "hostile-3"

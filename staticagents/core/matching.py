@@ -3,12 +3,15 @@
 Galaxy's semantics, exactly: the first enabled rule whose every predicate holds
 wins; a rule without ``agent_type`` serves every type; ``query`` is an unanchored
 ``re.search``; ``context`` fails closed on a missing or empty context.
+
+Regexes run in bounded time (``core.regexes``): a rule whose regex runs out of
+the inquiry's time budget does not answer it (it fails closed), and the
+``Deadline`` of the inquiry names it, for the journal and ``explain``.
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,6 +21,13 @@ import orjson
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.literals import Gate, required_literal
+from staticagents.core.regexes import (
+    DEFAULT_BUDGET,
+    SURROGATE,
+    Deadline,
+    MatchTimeout,
+    Searcher,
+)
 
 # Regexes run on at most this many characters of any text, so no inquiry can make
 # a rule's pattern take unbounded time (issue: hostile input).
@@ -29,8 +39,8 @@ class Predicate:
     """One condition of a rule: ``holds`` decides, ``explain`` says why it failed."""
 
     key: str
-    holds: Callable[[Inquiry], bool]
-    explain: Callable[[Inquiry], str]
+    holds: Callable[[Inquiry, Deadline], bool]
+    explain: Callable[[Inquiry, Deadline], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +53,7 @@ class CompiledRule:
     sequence: bool
     on_exhausted: str
     gate: Gate | None = None  # a literal the query must contain for this rule to match
+    timed_texts: str = "none"  # which texts its patterns send to the timed engine (Ruleset's)
     # Decided once, when the rule is compiled (read on every answer):
     # whether the reply depends on the session's position in this rule's script
     # (a one-reply script that fails when exhausted counts: its second match must fail),
@@ -56,11 +67,17 @@ class CompiledRule:
         object.__setattr__(self, "sequenced", sequenced)
         object.__setattr__(self, "stateful", stateful)
 
-    def matches(self, inquiry: Inquiry) -> bool:
-        # A plain loop: all() over a generator costs twice as much, on every candidate.
-        for predicate in self.predicates:  # noqa: SIM110
-            if not predicate.holds(inquiry):
-                return False
+    def matches(self, inquiry: Inquiry, deadline: Deadline) -> bool:
+        """Whether every predicate holds; False (and noted) when one ran out of time."""
+        predicate = None
+        try:
+            # A plain loop: all() over a generator costs twice as much, on every candidate.
+            for predicate in self.predicates:
+                if not predicate.holds(inquiry, deadline):
+                    return False
+        except MatchTimeout:
+            deadline.overruns[self.name] = predicate.key if predicate else ""
+            return False
         return True
 
 
@@ -115,6 +132,37 @@ class Ruleset:
     by_position: Mapping[int, CompiledRule] = field(default_factory=dict)
     # Sessions' own scripts (``compile_scripts``), tried before any rule for their session.
     scripts: Mapping[str, CompiledRule] = field(default_factory=dict)
+    budget: float = DEFAULT_BUDGET  # seconds of timed regex search per inquiry
+    # Which texts take the timed engine: any (a pattern RE2 cannot run), non-ASCII ones
+    # (a Unicode \b), or only those with a lone surrogate (any regex).
+    timed_texts: str = "none"  # "any", "non-ascii", "surrogates", "none"
+
+    def deadline(self, inquiry: Inquiry | None = None) -> Deadline:
+        """The deadline for matching ``inquiry``: a fresh one, or (when no timed search can
+        run for it) a shared one that nothing reads, which is cheaper to hand out."""
+        if inquiry is not None and not self.may_take_time(inquiry):
+            return NO_TIMED_SEARCH
+        return Deadline(self.budget)
+
+    def may_take_time(self, inquiry: Inquiry) -> bool:
+        """Whether matching ``inquiry`` may run a timed search (up to the budget): a caller
+        on an event loop then matches in a thread."""
+        if self.timed_texts == "any" or self.timed_texts == "none":
+            return self.timed_texts == "any"
+        if (
+            inquiry.query.isascii()
+            and inquiry.system.isascii()
+            and inquiry.model.isascii()
+            and (inquiry.tool_result is None or inquiry.tool_result.isascii())
+            and not inquiry.context
+        ):
+            return False  # RE2 reads every ASCII text exactly
+        texts = [inquiry.query, inquiry.system, inquiry.model, inquiry.tool_result or ""]
+        texts += [str(value) for value in (inquiry.context or {}).values()]
+        wide = [text for text in texts if not text.isascii()]
+        if self.timed_texts == "non-ascii":
+            return bool(wide)
+        return any(SURROGATE.search(text) for text in wide)
 
     def candidates(self, inquiry: Inquiry) -> Iterable[CompiledRule]:
         """The rules that may answer, in order: other types' rules and rules whose
@@ -173,6 +221,7 @@ class RuleCompiler:
         known, older = self._known, self._older
         self._known, self._older = {}, known
         chaos_key = orjson.dumps(chaos, option=orjson.OPT_SORT_KEYS)
+        searchers: dict[str, Searcher] = {}  # one compilation per distinct new pattern
         result = []
         for position, rule in enumerate(rules):
             if not rule.get("enabled", True):
@@ -180,7 +229,9 @@ class RuleCompiler:
             key = (orjson.dumps(rule, option=orjson.OPT_SORT_KEYS), window, chaos_key)
             compiled = known.get(key) or older.get(key)
             if compiled is None:
-                compiled = compile_rule(rule, position=position, window=window, chaos=chaos)
+                compiled = compile_rule(
+                    rule, position=position, window=window, chaos=chaos, searchers=searchers
+                )
                 self.compiled += 1
             elif compiled.position != position:
                 compiled = replace(compiled, position=position)
@@ -198,6 +249,7 @@ def compile_ruleset(
     window: int = DEFAULT_MATCH_WINDOW,
     scripts: Mapping[str, CompiledRule] | None = None,
     compiler: RuleCompiler | None = None,
+    budget: float = DEFAULT_BUDGET,
 ) -> Ruleset:
     """The snapshot of ``rules`` (in order; disabled ones left out) and the sessions' scripts;
     ``compiler`` reuses what an earlier snapshot compiled."""
@@ -227,6 +279,10 @@ def compile_ruleset(
         folded_gated=frozenset(r.position for r in compiled if r.gate and r.gate.folded),
         by_position={rule.position: rule for rule in compiled},
         scripts=dict(scripts or {}),
+        budget=budget,
+        timed_texts=_strongest_timed_texts(
+            [rule.timed_texts for rule in (*compiled, *(scripts or {}).values())]
+        ),
     )
 
 
@@ -242,6 +298,25 @@ def compile_scripts(
         session: compile_rule(document, position=-1 - index, window=window)
         for index, (session, document) in enumerate(scripts.items())
     }
+
+
+TIMED_TEXTS = ("any", "non-ascii", "surrogates")  # strongest first; else "none"
+
+
+def _timed_texts(searchers: Iterable[Searcher]) -> str:
+    """Which texts may take the timed engine (``Ruleset.timed_texts``)."""
+    return _strongest_timed_texts(
+        "any" if s.linear is None else "non-ascii" if s.ascii_only else "surrogates"
+        for s in searchers
+    )
+
+
+def _strongest_timed_texts(kinds: Iterable[str]) -> str:
+    found = set(kinds)
+    return next((kind for kind in TIMED_TEXTS if kind in found), "none")
+
+
+NO_TIMED_SEARCH = Deadline(0.0)  # handed out where no timed search can run: never read
 
 
 def _group(rules: Iterable[CompiledRule]) -> RuleGroup:
@@ -272,23 +347,27 @@ def compile_rule(
     position: int,
     window: int,
     chaos: Mapping[str, Any] | None = None,
+    searchers: dict[str, Searcher] | None = None,
 ) -> CompiledRule:
     """``chaos`` (the defaults') goes to each response that scripts no error, fault or
-    chaos of its own."""
+    chaos of its own; ``searchers`` compiles each distinct pattern once across rules."""
     match: Mapping[str, Any] = rule.get("match") or {}
     sequence = "responses" in rule
     responses = tuple(rule["responses"]) if sequence else (rule.get("response") or {},)
     if chaos:
         responses = tuple(_with_chaos(response, chaos) for response in responses)
+    used: dict[str, Searcher] = {}
+    predicates = tuple(_predicates(match, window, {} if searchers is None else searchers, used))
     return CompiledRule(
         name=str(rule.get("name") or f"rule-{position + 1}"),
         position=position,
         agent_type=match.get("agent_type"),
-        predicates=tuple(_predicates(match, window)),
+        predicates=predicates,
         responses=responses,
         sequence=sequence,
         on_exhausted=str(rule.get("on_exhausted", "repeat_last")),
         gate=_gate(match),
+        timed_texts=_timed_texts(used.values()),
     )
 
 
@@ -298,23 +377,39 @@ def _with_chaos(response: Mapping[str, Any], chaos: Mapping[str, Any]) -> Mappin
     return {**response, "chaos": chaos}
 
 
-def match_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> CompiledRule | None:
+def match_inquiry(
+    ruleset: Ruleset, inquiry: Inquiry, deadline: Deadline | None = None
+) -> CompiledRule | None:
     """The session's script if it has one, else the first enabled rule whose every
-    predicate holds, else None (the fallback answers)."""
+    predicate holds, else None (the fallback answers).
+
+    ``deadline`` (default: a fresh one) bounds the timed searches and names the rules
+    that ran out of it.
+    """
     if ruleset.scripts:
         script = ruleset.scripts.get(inquiry.session)
         if script is not None:
             return script
+    if deadline is None:
+        deadline = ruleset.deadline(inquiry)
     for rule in ruleset.candidates(inquiry):
-        if rule.matches(inquiry):
+        if rule.matches(inquiry, deadline):
             return rule
     return None
 
 
-def explain_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> list[RuleVerdict]:
-    """For every rule up to the one that answers, which predicate failed and why."""
+def explain_inquiry(
+    ruleset: Ruleset, inquiry: Inquiry, deadline: Deadline | None = None
+) -> list[RuleVerdict]:
+    """For every rule up to the one that answers, which predicate failed and why.
+
+    Given the deadline ``match_inquiry`` used, a rule that ran out of time then is
+    reported as such without searching again.
+    """
     if inquiry.session in ruleset.scripts:
         return [RuleVerdict(ruleset.scripts[inquiry.session].name, True)]
+    if deadline is None:
+        deadline = ruleset.deadline()
     verdicts: list[RuleVerdict] = []
     for rule in ruleset.rules:
         if rule.agent_type is not None and rule.agent_type != inquiry.agent_type:
@@ -327,45 +422,88 @@ def explain_inquiry(ruleset: Ruleset, inquiry: Inquiry) -> list[RuleVerdict]:
                 )
             )
             continue
-        failed = next((p for p in rule.predicates if not p.holds(inquiry)), None)
-        if failed is None:
-            verdicts.append(RuleVerdict(rule.name, True))
-            break
-        verdicts.append(RuleVerdict(rule.name, False, failed.key, failed.explain(inquiry)))
+        if rule.name not in deadline.overruns:
+            failed = _failed_predicate(rule, inquiry, deadline)
+            if failed is None:
+                verdicts.append(RuleVerdict(rule.name, True))
+                break
+            if rule.name not in deadline.overruns:
+                reason = failed.explain(inquiry, deadline)
+                verdicts.append(RuleVerdict(rule.name, False, failed.key, reason))
+                continue
+        key = deadline.overruns[rule.name]
+        verdicts.append(RuleVerdict(rule.name, False, key, _overrun(key, ruleset.budget)))
     return verdicts
+
+
+def _failed_predicate(rule: CompiledRule, inquiry: Inquiry, deadline: Deadline) -> Any:
+    """The first predicate that does not hold (noting a timeout as ``matches`` does)."""
+    for predicate in rule.predicates:
+        try:
+            if not predicate.holds(inquiry, deadline):
+                return predicate
+        except MatchTimeout:
+            deadline.overruns[rule.name] = predicate.key
+            return predicate
+    return None
+
+
+def _overrun(key: str, budget: float) -> str:
+    return (
+        f"the {key} regex ran out of the {budget * 1000:g} ms time budget of an inquiry: "
+        "the rule fails closed"
+    )
 
 
 # -- predicates ---------------------------------------------------------------
 
 
-def _predicates(match: Mapping[str, Any], window: int) -> Iterable[Predicate]:
+def _predicates(
+    match: Mapping[str, Any],
+    window: int,
+    searchers: dict[str, Searcher],
+    used: dict[str, Searcher],
+) -> Iterable[Predicate]:
+    """The rule's predicates; each pattern's searcher comes from ``searchers`` (made there
+    when new) and is noted in ``used``."""
+
+    def searcher(pattern: str) -> Searcher:
+        if pattern not in searchers:
+            searchers[pattern] = Searcher(pattern)
+        used[pattern] = searchers[pattern]
+        return searchers[pattern]
+
     # agent_type is handled by the per-type index, so it needs no predicate here.
     if "query" in match:
-        yield _regex_predicate("query", match["query"], lambda i: i.query, window)
+        yield _regex_predicate("query", searcher(match["query"]), lambda i: i.query, window)
     if "contains" in match:
         yield _contains_predicate(match["contains"])
     if "context" in match:
-        yield _context_predicate(match["context"], window)
+        fields = {name: searcher(pattern) for name, pattern in match["context"].items()}
+        yield _context_predicate(fields, window)
     if "model" in match:
-        yield _regex_predicate("model", match["model"], lambda i: i.model, window)
+        yield _regex_predicate("model", searcher(match["model"]), lambda i: i.model, window)
     if "system" in match:
-        yield _regex_predicate("system", match["system"], lambda i: i.system, window)
+        yield _regex_predicate("system", searcher(match["system"]), lambda i: i.system, window)
     if "dialect" in match:
         yield _equals_predicate("dialect", match["dialect"], lambda i: i.dialect)
     if "turn" in match:
         yield _equals_predicate("turn", match["turn"], lambda i: i.turn)
     if "tool_result" in match:
-        yield _tool_result_predicate(match["tool_result"], window)
+        expected = match["tool_result"]
+        yield _tool_result_predicate(
+            expected if isinstance(expected, bool) else searcher(expected), window
+        )
 
 
 def _regex_predicate(
-    key: str, pattern: str, field_of: Callable[[Inquiry], str], window: int
+    key: str, searcher: Searcher, field_of: Callable[[Inquiry], str], window: int
 ) -> Predicate:
-    search = re.compile(pattern).search
+    search = searcher.search
     return Predicate(
         key,
-        lambda i: search(field_of(i)[:window]) is not None,
-        lambda i: f"{key} {_clip(field_of(i))!r} does not match /{pattern}/",
+        lambda i, d: search(field_of(i)[:window], d),
+        lambda i, d: f"{key} {_clip(field_of(i))!r} does not match /{searcher.pattern}/",
     )
 
 
@@ -377,28 +515,27 @@ def _contains_predicate(value: str | Sequence[str]) -> Predicate:
 
     return Predicate(
         "contains",
-        lambda i: all(n in i.query for n in needles),
-        lambda i: f"query does not contain {', '.join(map(repr, missing(i)))}",
+        lambda i, d: all(n in i.query for n in needles),
+        lambda i, d: f"query does not contain {', '.join(map(repr, missing(i)))}",
     )
 
 
-def _context_predicate(fields: Mapping[str, str], window: int) -> Predicate:
-    searches = {name: re.compile(pattern).search for name, pattern in fields.items()}
-
-    def failure(inquiry: Inquiry) -> str | None:
+def _context_predicate(fields: Mapping[str, Searcher], window: int) -> Predicate:
+    def failure(inquiry: Inquiry, deadline: Deadline) -> str | None:
         context = inquiry.context
         if not context:
             return "the inquiry has no context"
-        for name, search in searches.items():
+        for name, searcher in fields.items():
             if name not in context:
                 return f"context has no field {name!r}"
-            if search(str(context[name])[:window]) is None:
-                return (
-                    f"context.{name} {_clip(str(context[name]))!r} does not match /{fields[name]}/"
-                )
+            value = str(context[name])
+            if not searcher.search(value[:window], deadline):
+                return f"context.{name} {_clip(value)!r} does not match /{searcher.pattern}/"
         return None
 
-    return Predicate("context", lambda i: failure(i) is None, lambda i: failure(i) or "")
+    return Predicate(
+        "context", lambda i, d: failure(i, d) is None, lambda i, d: failure(i, d) or ""
+    )
 
 
 def _equals_predicate(
@@ -406,31 +543,32 @@ def _equals_predicate(
 ) -> Predicate:
     return Predicate(
         key,
-        lambda i: field_of(i) == expected,
-        lambda i: f"{key} is {field_of(i)!r}, not {expected!r}",
+        lambda i, d: field_of(i) == expected,
+        lambda i, d: f"{key} is {field_of(i)!r}, not {expected!r}",
     )
 
 
-def _tool_result_predicate(expected: bool | str, window: int) -> Predicate:
+def _tool_result_predicate(expected: bool | Searcher, window: int) -> Predicate:
     if isinstance(expected, bool):
         return Predicate(
             "tool_result",
-            lambda i: (i.tool_result is not None) is expected,
-            lambda i: (
+            lambda i, d: (i.tool_result is not None) is expected,
+            lambda i, d: (
                 "the last message is not a tool result"
                 if expected
                 else "the last message is a tool result"
             ),
         )
-    search = re.compile(expected).search
+    searcher = expected
 
-    def holds(inquiry: Inquiry) -> bool:
-        return inquiry.tool_result is not None and search(inquiry.tool_result[:window]) is not None
+    def holds(inquiry: Inquiry, deadline: Deadline) -> bool:
+        result = inquiry.tool_result
+        return result is not None and searcher.search(result[:window], deadline)
 
-    def explain(inquiry: Inquiry) -> str:
+    def explain(inquiry: Inquiry, deadline: Deadline) -> str:
         if inquiry.tool_result is None:
             return "the last message is not a tool result"
-        return f"tool result {_clip(inquiry.tool_result)!r} does not match /{expected}/"
+        return f"tool result {_clip(inquiry.tool_result)!r} does not match /{searcher.pattern}/"
 
     return Predicate("tool_result", holds, explain)
 

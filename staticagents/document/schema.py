@@ -22,8 +22,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
+from staticagents.core.backtracking import backtracking_problem
 from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDOW
+from staticagents.core.regexes import MAX_EXPANDED, expanded_size
 from staticagents.core.storable import HugeNumber, storable_problems
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
@@ -48,8 +51,6 @@ COLUMN_INT_MAX = INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # A Retry-After beyond a day is a typo, not a test.
 RETRY_AFTER_MAX = 86_400.0
-# Nested quantifiers such as (a+)+ or (a*)* backtrack exponentially on near-misses.
-NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}]\)(?:[+*]|\{\d*,)")
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,20 @@ def check_regex(pattern: str) -> str:
         re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"invalid regex: {exc}") from None
-    if NESTED_QUANTIFIER.search(pattern):
-        raise ValueError("regex has a nested quantifier (catastrophic backtracking)")
+    except (RecursionError, OverflowError):
+        raise ValueError("invalid regex: nested too deeply") from None
+    if (size := expanded_size(pattern)) > MAX_EXPANDED:
+        problem: str | None = (
+            f"regex is too large: its counted repeats expand to {size} items "
+            f"(at most {MAX_EXPANDED})"
+        )
+    else:
+        try:
+            problem = backtracking_problem(pattern)
+        except RecursionError:
+            problem = "regex is nested too deeply to check for catastrophic backtracking"
+    if problem is not None:
+        raise PydanticCustomError("slow_regex", problem)
     return pattern
 
 
@@ -479,6 +492,8 @@ def _message(item: Any) -> str:
 
 
 def _code(kind: str) -> str:
+    if kind == "slow_regex":
+        return kind
     if kind == "extra_forbidden":
         return "unknown_key"
     if kind == "missing":

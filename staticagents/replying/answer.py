@@ -21,7 +21,14 @@ from django.db.models import F, QuerySet
 
 from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry, mask_headers
-from staticagents.core.matching import CompiledRule, Ruleset, explain_inquiry, match_inquiry
+from staticagents.core.matching import (
+    NO_TIMED_SEARCH,
+    CompiledRule,
+    Ruleset,
+    explain_inquiry,
+    match_inquiry,
+)
+from staticagents.core.regexes import Deadline
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
 from staticagents.models import SessionCounter
@@ -45,12 +52,15 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     """Decide the reply to ``inquiry`` and record it in the journal (synchronous callers)."""
     started = time.perf_counter()
     ruleset = active_ruleset()
-    rule = match_inquiry(ruleset, inquiry)
+    deadline = ruleset.deadline(inquiry)
+    rule = match_inquiry(ruleset, inquiry, deadline)
     step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
     reply = build_reply(ruleset, inquiry, rule, step)
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
-    entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
+    entry = journal_entry(
+        inquiry, reply, ruleset, route=route, body=body, started=started, deadline=deadline
+    )
     return Answer(reply, journal.record_now(entry))
 
 
@@ -71,7 +81,11 @@ async def aanswer_inquiry(
     started = time.perf_counter()
     if ruleset is None:
         ruleset = await current_ruleset()
-    rule = match_inquiry(ruleset, inquiry)
+    deadline = ruleset.deadline(inquiry)
+    if deadline is not NO_TIMED_SEARCH:  # a timed search must not hold the event loop
+        rule = await asyncio.to_thread(match_inquiry, ruleset, inquiry, deadline)
+    else:
+        rule = match_inquiry(ruleset, inquiry, deadline)
     step = Step()
     if rule is not None and rule.stateful:
         advanced = loop_counters.advance(rule, inquiry) if _plain_sequence(rule) else None
@@ -82,7 +96,9 @@ async def aanswer_inquiry(
     reply = build_reply(ruleset, inquiry, rule, step)
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
-    entry = journal_entry(inquiry, reply, ruleset, route=route, body=body, started=started)
+    entry = journal_entry(
+        inquiry, reply, ruleset, route=route, body=body, started=started, deadline=deadline
+    )
     return Answer(reply, await journal.record(entry))
 
 
@@ -229,15 +245,19 @@ def journal_entry(
     route: str,
     body: bytes | str,
     started: float,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """The journal row of one answered inquiry, by field name; credentials are masked.
 
     A plain mapping rather than a model instance: building one is a third of
-    the cost, and the reply path pays it on every request.
+    the cost, and the reply path pays it on every request. ``deadline`` is the
+    one matching used: rules that ran out of it are named in the diagnosis.
     """
     diagnosis = None
-    if reply.rule is None:  # "why did nothing match" is then one journal read away
-        diagnosis = [v.as_dict() for v in explain_inquiry(ruleset, inquiry)]
+    # "Why did nothing match", or which rules ran out of time, is one journal read away.
+    if reply.rule is None or (deadline is not None and deadline.overruns):
+        verdicts = explain_inquiry(ruleset, inquiry, deadline)
+        diagnosis = [v.as_dict() for v in verdicts]
     return dict(
         dialect=inquiry.dialect,
         route=route[:300],

@@ -18,6 +18,7 @@ from dataclasses import replace
 from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import CompiledRule, Ruleset, match_inquiry
+from staticagents.core.regexes import Deadline
 from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.values import value_class
 from staticagents.replying.answer import counter_threads, journal_entry, next_step
@@ -57,7 +58,8 @@ async def aanswer_inquiries(
     started = time.perf_counter()
     if ruleset is None:
         ruleset = await current_ruleset()
-    rules = await _matched(ruleset, inquiries)
+    deadline = ruleset.deadline()  # one budget for the whole request
+    rules = await _matched(ruleset, inquiries, deadline)
     if any(rule is not None and rule.stateful for rule in rules):
         steps = await counter_threads.run(next_steps, rules, inquiries)
     else:
@@ -71,17 +73,23 @@ async def aanswer_inquiries(
     answer = BatchAnswer(replies, None)
     if not settings.STATIC_AGENTS_JOURNAL:
         return answer
-    entry = batch_entry(inquiries, answer, ruleset, route=route, body=body, started=started)
+    entry = batch_entry(
+        inquiries, answer, ruleset, route=route, body=body, started=started, deadline=deadline
+    )
     return BatchAnswer(replies, await journal.record(entry))
 
 
-async def _matched(ruleset: Ruleset, inquiries: Sequence[Inquiry]) -> list[CompiledRule | None]:
-    """Each inquiry's rule; in a thread when the texts are long (``THREAD_TEXT``)."""
+async def _matched(
+    ruleset: Ruleset, inquiries: Sequence[Inquiry], deadline: Deadline
+) -> list[CompiledRule | None]:
+    """Each inquiry's rule; in a thread when the texts are long (``THREAD_TEXT``) or a
+    timed search may run."""
 
     def match() -> list[CompiledRule | None]:
-        return [match_inquiry(ruleset, inquiry) for inquiry in inquiries]
+        return [match_inquiry(ruleset, inquiry, deadline) for inquiry in inquiries]
 
-    if sum(len(inquiry.query) for inquiry in inquiries) <= THREAD_TEXT:
+    long = sum(len(inquiry.query) for inquiry in inquiries) > THREAD_TEXT
+    if not long and not any(ruleset.may_take_time(inquiry) for inquiry in inquiries):
         return match()
     return await asyncio.to_thread(match)
 
@@ -102,12 +110,15 @@ def batch_entry(
     route: str,
     body: bytes | str,
     started: float,
+    deadline: Deadline | None = None,
 ) -> dict[str, object]:
     """The journal row of the whole request (see the module doc)."""
     names = list(dict.fromkeys(r.rule for r in answer.replies if r.rule is not None))
     decisive = answer.failure or answer.replies[0]
     summary = replace(decisive, rule=",".join(names)[:200] if names else None)
     # The first text stands for the request: a fallback's diagnosis is about it.
-    entry = journal_entry(inquiries[0], summary, ruleset, route=route, body=body, started=started)
+    entry = journal_entry(
+        inquiries[0], summary, ruleset, route=route, body=body, started=started, deadline=deadline
+    )
     entry["query"] = "\n".join(inquiry.query for inquiry in inquiries)
     return entry

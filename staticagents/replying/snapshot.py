@@ -109,6 +109,7 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
         window=window,
         scripts=scripts,
         compiler=compiler,
+        budget=settings.STATIC_AGENTS_MATCH_BUDGET_MS / 1000,
     )
 
 

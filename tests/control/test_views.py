@@ -216,6 +216,24 @@ def test_rules_are_created_read_replaced_patched_and_deleted(control: httpx.Clie
     assert rule_names(control) == []
 
 
+@pytest.mark.parametrize("pattern", ["(a|a)*$", "(\\w+\\s?)+$", "(.*a){20}"])
+def test_a_rule_whose_regex_backtracks_super_linearly_is_refused(
+    control: httpx.Client, pattern: str
+) -> None:
+    rule = {"name": "slow", "match": {"query": pattern}, "response": {"content": "x"}}
+    response = control.post("/rules", json=rule)
+    assert response.status_code == 400
+    [error] = errors_of(response)
+    assert (error["path"], error["code"]) == ("match.query", "slow_regex")
+    assert rule_names(control) == []
+
+
+@pytest.mark.parametrize("pattern", ["(a+)++$", "(?>a+)+$"])
+def test_a_possessive_or_atomic_regex_is_accepted(control: httpx.Client, pattern: str) -> None:
+    rule = {"name": "safe", "match": {"query": pattern}, "response": {"content": "x"}}
+    assert control.post("/rules", json=rule).status_code == 201
+
+
 def test_an_edited_rule_answers_at_once(control: httpx.Client, live_url: str) -> None:
     control.post("/rules", json=GREETING)
     assert ask(live_url, "hello").json()["response"]["content"] == "Hi!"

@@ -54,7 +54,9 @@ WORDS = [
 
 def linear_match(ruleset, inquiry):  # type: ignore[no-untyped-def]
     for rule in ruleset.rules:
-        if rule.agent_type in (None, inquiry.agent_type) and rule.matches(inquiry):
+        if rule.agent_type in (None, inquiry.agent_type) and rule.matches(
+            inquiry, ruleset.deadline()
+        ):
             return rule
     return None
 

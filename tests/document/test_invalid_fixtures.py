@@ -39,7 +39,7 @@ EXPECTED: dict[str, tuple[str, int | None]] = {
     "wrong-value-error-status.yml": ("rules[0].response.error.status", 4),
     "bad-regex-query.yml": ("rules[0].match.query: invalid regex", 3),
     "bad-regex-context.yml": ("rules[0].match.context.page_id: invalid regex", 4),
-    "catastrophic-regex.yml": ("rules[0].match.query: regex has a nested quantifier", 4),
+    "catastrophic-regex.yml": ("rules[0].match.query: regex can backtrack exponentially", 4),
     "invalid-suggestion-save-tool.yml": ("save_tool needs parameters.tool_yaml", 5),
     "invalid-suggestion-action-type.yml": ("unknown action_type 'launch_rocket'", 5),
     "duplicate-names.yml": ("rules[1].name: duplicate name 'greeting'", 4),

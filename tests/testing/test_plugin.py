@@ -44,11 +44,13 @@ def test_the_marker_installs_a_yaml_file(static_agents, openai_base_url, static_
 SCRIPTED_SESSIONS = []
 
 
-def test_a_test_scripts_its_own_replies(static_agents, openai_base_url, static_agents_headers):
+def test_a_test_scripts_its_own_replies(
+    static_agents, openai_base_url, static_agents_headers, static_agents_server
+):
     static_agents.replies(tool_call("lookup", id="call_1"), "Done.")
     SCRIPTED_SESSIONS.append(static_agents.session)
-    # The script is the session's own: a request without the session gets the rules.
-    assert ask(openai_base_url, {}, "unscripted").content == "unscripted"
+    # The script is the session's own: a request outside the session gets the rules.
+    assert ask(f"{static_agents_server.url}/v1", {}, "unscripted").content == "unscripted"
     first = ask(openai_base_url, static_agents_headers, "go")
     assert first.tool_calls[0].id == "call_1"
     agent = openai.OpenAI(
