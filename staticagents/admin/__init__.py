@@ -24,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from staticagents.admin import trying
+from staticagents.admin import journal, trying
 from staticagents.admin import views as admin_views
 from staticagents.admin.summaries import match_summary, response_summary
 from staticagents.core.reach import Shadow
@@ -47,7 +47,8 @@ from staticagents.services import (
 
 admin.site.site_header = "Static Agents"
 admin.site.site_title = "Static Agents"
-admin.site.index_title = "Rules, defaults and fallback"
+admin.site.index_title = "Rules, defaults, fallback and journal"
+admin.site.site_url = "/"  # "View site": the front door
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldsetSpec
@@ -305,15 +306,29 @@ class RuleAdmin(RuleAdminBase):
         change: bool,
     ) -> None:
         """Save the rule and its responses in one service call (one version bump)."""
+        before = None if change else journal.rule_to_precede(request)  # read before the save
         saved: list[RuleResponse] = []
         removed: list[RuleResponse] = []
         for formset in formsets:  # the responses inline, unless the user may not see it
             saved += formset.save(commit=False)  # builds the rows, and lists the deleted ones
             removed += formset.deleted_objects
-        place = "auto" if change else form.cleaned_data.get("place") or "auto"
+        if change:
+            place = "auto"  # an edited rule stays where it is
+        elif before is not None:  # made from a journal entry: where it answers that request
+            place = f"before:{before}"
+        else:
+            place = form.cleaned_data.get("place") or "auto"
         rule = save_rule(
             rule=form.instance, responses=saved, removed_responses=removed, place=place
         )
+        if before is not None:
+            index = list(Rule.objects.order_by("position", "id").values_list("name", flat=True))
+            self.message_user(
+                request,
+                f"“{rule.name}” is rule #{index.index(rule.name) + 1}, before “{before}”, "
+                "so it answers that request.",
+                messages.INFO,
+            )
         shadow = rule_shadows().get(rule.name)
         if shadow is not None:
             messages.warning(request, f"{shadow.message()}.")

@@ -177,12 +177,12 @@ def try_view(model_admin: ModelAdmin[Rule], request: HttpRequest) -> HttpRespons
         "trial": trial,
     }
     if trial is not None:
-        urls = _change_urls([verdict.rule for verdict in trial.refused] + [trial.rule or ""])
+        urls = change_urls([verdict.rule for verdict in trial.refused] + [trial.rule or ""])
         context["rule_url"] = urls.get(trial.rule or "")
         context["refused"] = [(verdict, urls.get(verdict.rule)) for verdict in trial.refused]
     return TemplateResponse(request, "admin/staticagents/rule/try.html", context)
 
 
-def _change_urls(names: list[str]) -> dict[str, str]:
+def change_urls(names: list[str]) -> dict[str, str]:
     rules = Rule.objects.filter(name__in=names).only("pk", "name")
     return {rule.name: reverse("admin:staticagents_rule_change", args=[rule.pk]) for rule in rules}

@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -107,9 +108,9 @@ class Command(BaseCommand):
             self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
             self.announce_control_token()
             host, port = listener.getsockname()[:2]
-            self.stdout.write(
-                f"Static Agents serving on http://{host}:{port}/ ({options['workers']} worker(s))"
-            )
+            base = f"http://{host}:{port}/"
+            self.stdout.write(f"Static Agents serving on {base} ({options['workers']} worker(s))")
+            self.announce_admin(base)
             self.stdout.flush()
             run_server(listener, options)
         finally:
@@ -129,6 +130,15 @@ class Command(BaseCommand):
         token = ensure_control_token(settings.STATIC_AGENTS_CONTROL_TOKEN)
         if token is not None:
             self.stdout.write(f"Control API token (created now, shown once): {token}")
+
+    def announce_admin(self, base: str) -> None:
+        """Where the admin is, and, until someone can log in to it, how to make its first user."""
+        self.stdout.write(f"Admin: {base}admin/")
+        if not User.objects.filter(is_staff=True, is_active=True).exists():
+            self.stdout.write(
+                "No one can log in to the admin yet: create its first user with "
+                "`static-agents createsuperuser`."
+            )
 
     def load_fixture(self, path: str | None) -> None:
         if path is None:
