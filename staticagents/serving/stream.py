@@ -28,6 +28,7 @@ A ``Faulted`` tells the caller to end the response without its end marker.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
@@ -39,6 +40,8 @@ from staticagents.replying.journal import journal
 from staticagents.serving.pacer import Pacer, pacer
 
 Batch = TypeVar("Batch")  # what one write sends: bytes for SSE, messages for a WebSocket
+# Frames sent in one write at most, when more are due at once (a stream without delays).
+BATCH_FRAMES = 256
 
 
 @value_class
@@ -75,6 +78,11 @@ async def send_paced(
     the journal entry to mark when the stream is cut off or faulted; ``timer``
     the running loop's pacer, when the caller has it at hand; ``error_frame``
     the dialect's error frame for an ``error_event`` fault, due at a given offset.
+
+    ``frames`` is taken one frame at a time, as each comes due (the dialects'
+    renderers are generators), and at most ``BATCH_FRAMES`` go out in one
+    write, the loop serving its other work between two full ones: a stream of
+    a million frames due at once holds neither memory nor the loop.
     """
     timer = timer or pacer()
     clock = timer.loop.time
@@ -97,10 +105,7 @@ async def send_paced(
                 return CutOff(limit)
             if start + at > clock():
                 if due:
-                    batch = render(due)
-                    sending = timer.clock()
-                    await write(batch)
-                    timer.sent(sending)  # a send that waited for its client is not counted
+                    await _write_now(due, render, write, timer)
                     due = []
                 if start + at > clock():
                     await timer.until(start + at)
@@ -109,6 +114,10 @@ async def send_paced(
                     fault, frame, due, render, write, error_frame, entry_id, stall_until
                 )
             due.append(frame)
+            if len(due) >= BATCH_FRAMES:
+                await _write_now(due, render, write, timer)
+                due = []
+                await asyncio.sleep(0)  # the loop's other work comes first
         if fault is not None:
             return await _fail(fault, None, due, render, write, error_frame, entry_id, stall_until)
         if finish is not None:
@@ -116,6 +125,18 @@ async def send_paced(
         elif due:
             await write(render(due))
         return None
+
+
+async def _write_now(
+    due: list[TimedFrame],
+    render: Callable[[list[TimedFrame]], Batch],
+    write: Callable[[Batch], Awaitable[None]],
+    timer: Pacer,
+) -> None:
+    batch = render(due)
+    sending = timer.clock()
+    await write(batch)
+    timer.sent(sending)  # a send that waited for its client is not counted
 
 
 async def _fail(
@@ -131,16 +152,19 @@ async def _fail(
     """Fail the stream as ``fault`` says, ``due`` still to send (see the module doc);
     ``following`` is the frame the stream would have sent next, None at its end."""
     at = following.at if following is not None else (due[-1].at if due else 0.0)
+    if due:
+        await write(render(due))  # first, so the last frame knows how many went before it
+    last = None
     if fault.kind == "malformed":
         whole = following.json() if following is not None else b'{"choices": [{"delta": {}}]}'
         event = following.event if following is not None else None
         # Cut in the middle of its JSON, never of a character: a WebSocket sends text.
         cut = whole[: max(1, len(whole) // 2)].decode("utf-8", "ignore").encode()
-        due.append(TimedFrame(at, cut, event))
+        last = TimedFrame(at, cut, event)
     elif fault.kind == "error_event" and error_frame is not None:
-        due.append(error_frame(at))
-    if due:
-        await write(render(due))
+        last = error_frame(at)
+    if last is not None:
+        await write(render([last]))
     await journal.mark(entry_id, "fault")
     if fault.kind == "stall":
         return await stall_until()

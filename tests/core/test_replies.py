@@ -185,7 +185,7 @@ def test_stream_plan_sends_thinking_first_on_an_absolute_schedule() -> None:
             "stream": {"first_delay_ms": 100, "word_delay_ms": 10},
         }
     )
-    plan = plan_stream(reply)
+    plan = list(plan_stream(reply))
     assert [(p.kind, p.text) for p in plan] == [
         ("thinking", "hmm "),
         ("thinking", "ok"),

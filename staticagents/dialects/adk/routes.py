@@ -199,7 +199,7 @@ class RunSseRoute(RunRoute):
         await self.start_sse()
         stopped = await self.send_paced(events)
         if stopped is None:
-            await self.finish(run, events[-1].data)
+            await self.finish(run, adk.final_event(run.answer.reply, run.ids))
         else:
             cut_off = adk.cut_off_event(run.ids, stopped.limit)
             await self.finish(run, cut_off, sse(cut_off))

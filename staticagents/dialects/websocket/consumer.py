@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -125,7 +125,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.stream(events, message.request_id, answer.reply.fault)
 
     async def stream(
-        self, events: Sequence[TimedFrame], request_id: str | int | None, fault: Fault | None
+        self, events: Iterable[TimedFrame], request_id: str | int | None, fault: Fault | None
     ) -> None:
         """Send the events on their schedule (``serving/stream.py``); a stream that the
         maximum duration cuts off ends with an ``error`` event naming the limit.

@@ -24,7 +24,7 @@ cut off at the maximum duration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.replies import Reply
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.core.timing import TimedFrame, plan_stream
+from staticagents.core.timing import Slots, TimedFrame, plan_stream
 from staticagents.dialects.galaxy.wire import render_agent_response
 from staticagents.document.schema import pydantic_errors
 
@@ -102,28 +102,23 @@ def build_inquiry(
 
 def stream_events(
     reply: Reply, *, session: str, request_id: str | int | None = None
-) -> list[TimedFrame]:
-    """Every event of a reply, timed on the reply's script; one error event for an error."""
+) -> Iterator[TimedFrame]:
+    """Every event of a reply, timed on the reply's script, rendered one by one as they are
+    sent; one error event for an error."""
     if reply.error is not None:
         error = reply.error
-        return [TimedFrame(0.0, error_event(error.type, error.message, error.status, request_id))]
-    pieces = plan_stream(reply)
-    events = [
-        TimedFrame(
-            piece.at,
-            tagged(
-                {"type": "delta" if piece.kind == "text" else "thinking", "text": piece.text},
-                request_id,
-            ),
-        )
-        for piece in pieces
-    ]
-    end = pieces[-1].at if pieces else reply.timing.first_delay_ms / 1000
+        yield TimedFrame(0.0, error_event(error.type, error.message, error.status, request_id))
+        return
+    slots = Slots(reply.timing)
+    for piece in plan_stream(reply, slots):
+        kind = "delta" if piece.kind == "text" else "thinking"
+        yield TimedFrame(piece.at, tagged({"type": kind, "text": piece.text}, request_id))
     closing = [
         tool_call_event(call.id, call.name, dict(call.arguments)) for call in reply.tool_calls
     ]
     closing += [result_event(reply, session), {"type": "done"}]
-    return events + [TimedFrame(end, tagged(event, request_id)) for event in closing]
+    for event in closing:
+        yield TimedFrame(slots.end, tagged(event, request_id))
 
 
 def tool_call_event(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
