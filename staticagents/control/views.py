@@ -9,6 +9,7 @@ YAML import; every error has the shape ``{"errors": [{path, message, code}]}``.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
@@ -266,16 +267,37 @@ def _wants_json(request: Request) -> bool:
 
 
 class JournalPagination(CursorPagination):
-    """Newest first by id; a cursor stays stable while new entries arrive."""
+    """Newest first by id; a cursor stays stable while new entries arrive.
+
+    A page ends early once its bodies and queries reach ``PAGE_BYTES`` (it
+    holds one entry at least): the page is chosen from the entries' ids and
+    sizes alone, then only its entries are read whole.
+    """
 
     ordering = "-id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 1000
+    PAGE_BYTES = 16 * 1024 * 1024
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         self.count = queryset.count()
-        return super().paginate_queryset(queryset, request, view)
+        page: list[Any] | None = super().paginate_queryset(
+            queryset.only("id", "size"), request, view
+        )
+        if page is None:
+            return None
+        # Going back (a previous link), the entries next to the cursor end the page.
+        backwards = self.cursor is not None and self.cursor.reverse
+        kept = _within(reversed(page) if backwards else page, self.PAGE_BYTES)
+        if kept < len(page):  # the links then lead on from the entries kept
+            if backwards:
+                page, self.has_previous = page[len(page) - kept :], True
+            else:
+                page, self.has_next = page[:kept], True
+            self.page = page
+        entries = queryset.model.objects.in_bulk([entry.pk for entry in page])
+        return [entries[entry.pk] for entry in page if entry.pk in entries]
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response(
@@ -286,6 +308,17 @@ class JournalPagination(CursorPagination):
                 "results": data,
             }
         )
+
+
+def _within(entries: Iterable[JournalEntry], ceiling: int) -> int:
+    """How many of the first ``entries`` fit in ``ceiling`` bytes (one at least)."""
+    kept = total = 0
+    for entry in entries:
+        total += entry.size
+        if kept and total > ceiling:
+            break
+        kept += 1
+    return kept
 
 
 class JournalView(ControlView):
@@ -301,6 +334,13 @@ class JournalView(ControlView):
         contains = serializers.CharField(required=False, trim_whitespace=False)
 
     class OutputSerializer(serializers.ModelSerializer):
+        body_truncated = serializers.SerializerMethodField()
+
+        def get_body_truncated(self, entry: JournalEntry) -> bool:
+            """Whether ``body`` holds only the first bytes of the body (``body_bytes`` long)."""
+            body = entry.body
+            return entry.body_bytes > (len(body) if body.isascii() else len(body.encode()))
+
         class Meta:
             model = JournalEntry
             fields = (
@@ -314,6 +354,8 @@ class JournalView(ControlView):
                 "model",
                 "query",
                 "body",
+                "body_bytes",
+                "body_truncated",
                 "headers",
                 "rule",
                 "outcome",
