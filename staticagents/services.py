@@ -13,8 +13,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import transaction
-from django.db.models import F, Max, QuerySet
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Field, Max, Model, QuerySet
 
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
 from staticagents.models import (
@@ -83,9 +84,12 @@ def import_fixture(
     the fallback only when the document gives them.
     """
     result = ImportResult(0, 0, 0, dry_run)
+    # A replace's rows are made before the transaction: SQLite's write lock, which every
+    # reply's journal row waits for, is then held only while the statements run.
+    rows = None if merge else _rule_rows(document["rules"], start=0)
     try:
         with transaction.atomic():
-            result = (_merge if merge else _replace)(document)
+            result = _merge(document) if merge else _replace(document, rows)
             _bump_version()
             if dry_run:
                 raise DryRunRollback
@@ -94,9 +98,9 @@ def import_fixture(
     return result
 
 
-def _replace(document: dict[str, Any]) -> ImportResult:
+def _replace(document: dict[str, Any], rows: _Rows | None) -> ImportResult:
     deleted = _delete_rules(Rule.objects.all())
-    _create_rules(document["rules"], start=0)
+    _insert_rows(rows or _rule_rows(document["rules"], start=0))
     _set_defaults(document["defaults"])
     _set_fallback(document["fallback"])
     return ImportResult(created=len(document["rules"]), updated=0, deleted=deleted)
@@ -120,18 +124,76 @@ def _merge(document: dict[str, Any]) -> ImportResult:
 
 
 def _create_rules(docs: list[dict[str, Any]], *, start: int) -> None:
-    rules = Rule.objects.bulk_create(
-        [Rule(position=start + i, **Rule.fields_from(doc)) for i, doc in enumerate(docs)],
-        batch_size=500,
+    _insert_rows(_rule_rows(docs, start=start))
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """New rules and their responses as two INSERT statements and their rows, made without
+    touching the database; a response names its rule by the rule's (unique) name."""
+
+    rules: tuple[str, list[list[Any]]]
+    responses: tuple[str, list[list[Any]]]
+
+
+def _rule_rows(docs: list[dict[str, Any]], *, start: int) -> _Rows:
+    db = connections[Rule.objects.db]
+    rules = [Rule(position=start + i, **Rule.fields_from(doc)) for i, doc in enumerate(docs)]
+    responses = [
+        RuleResponse(position=i, **RuleResponse.fields_from(response))
+        for doc in docs
+        for i, response in enumerate(_responses(doc))
+    ]
+    names = [rule.name for rule, doc in zip(rules, docs, strict=True) for _ in _responses(doc)]
+    rule_fields = [f for f in Rule._meta.concrete_fields if not f.primary_key]
+    response_fields = [
+        f for f in RuleResponse._meta.concrete_fields if not f.primary_key and f.name != "rule"
+    ]
+    find_rule = (
+        f"(SELECT {db.ops.quote_name('id')} FROM {db.ops.quote_name(Rule._meta.db_table)} "
+        f"WHERE {db.ops.quote_name('name')} = %s)"
     )
-    RuleResponse.objects.bulk_create(
-        [
-            RuleResponse(rule=rule, position=i, **RuleResponse.fields_from(response))
-            for rule, doc in zip(rules, docs, strict=True)
-            for i, response in enumerate(_responses(doc))
-        ],
-        batch_size=500,
+    return _Rows(
+        rules=(
+            _insert_sql(db, Rule, rule_fields, []),
+            [_values(db, rule, rule_fields) for rule in rules],
+        ),
+        responses=(
+            _insert_sql(db, RuleResponse, response_fields, [("rule_id", find_rule)]),
+            [
+                [*_values(db, response, response_fields), name]
+                for response, name in zip(responses, names, strict=True)
+            ],
+        ),
     )
+
+
+def _insert_sql(
+    db: BaseDatabaseWrapper,
+    model: type[Model],
+    fields: list[Field[Any, Any]],
+    extra: list[tuple[str, str]],
+) -> str:
+    """``INSERT`` of one row: ``fields`` as parameters, then ``extra`` columns as SQL."""
+    quote = db.ops.quote_name
+    columns = [quote(field.column) for field in fields] + [quote(name) for name, _ in extra]
+    values = ["%s"] * len(fields) + [sql for _, sql in extra]
+    table = quote(model._meta.db_table)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})"
+
+
+def _values(db: BaseDatabaseWrapper, obj: Model, fields: list[Field[Any, Any]]) -> list[Any]:
+    """The row of ``obj``, each value as Django's own insert passes it."""
+    return [
+        field.get_db_prep_save(field.pre_save(obj, add=True), connection=db) for field in fields
+    ]
+
+
+def _insert_rows(rows: _Rows) -> None:
+    with connections[Rule.objects.db].cursor() as cursor:
+        for sql, values in (rows.rules, rows.responses):
+            if values:
+                cursor.executemany(sql, values)
 
 
 def _update_rule(rule: Rule, doc: dict[str, Any]) -> None:
