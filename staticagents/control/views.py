@@ -292,12 +292,19 @@ class JournalPagination(CursorPagination):
         kept = _within(reversed(page) if backwards else page, self.PAGE_BYTES)
         if kept < len(page):  # the links then lead on from the entries kept
             if backwards:
-                page, self.has_previous = page[len(page) - kept :], True
+                beyond, page = page[len(page) - kept - 1], page[len(page) - kept :]
+                self.has_previous, self.previous_position = True, self.position_of(beyond)
             else:
-                page, self.has_next = page[:kept], True
+                beyond, page = page[kept], page[:kept]
+                self.has_next, self.next_position = True, self.position_of(beyond)
             self.page = page
         entries = queryset.model.objects.in_bulk([entry.pk for entry in page])
         return [entries[entry.pk] for entry in page if entry.pk in entries]
+
+    def position_of(self, entry: JournalEntry) -> str:
+        """The cursor position of ``entry`` (its id, as the ordering says)."""
+        position: str = self._get_position_from_instance(entry, self.ordering)
+        return position
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response(

@@ -494,10 +494,12 @@ class _Table:
         if excess <= 0:
             return cutoff
         cursor.execute(self.oldest_sql, [cutoff])
-        for pk, size in cursor:
-            cutoff, excess = pk, excess - size
-            if excess <= 0:
-                break
+        # fetchmany, not iteration: leaving Django's cursor iterator early closes the cursor.
+        while excess > 0 and (rows := cursor.fetchmany(500)):
+            for pk, size in rows:
+                cutoff, excess = pk, excess - size
+                if excess <= 0:
+                    break
         return cutoff
 
     def _insert_sql(self, rows: int, returning: bool) -> str:
