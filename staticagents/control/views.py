@@ -278,7 +278,7 @@ class JournalPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 1000
-    PAGE_BYTES = 16 * 1024 * 1024
+    PAGE_BYTES = 8 * 1024 * 1024
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         self.count = queryset.count()
