@@ -5,8 +5,10 @@ the order they arrive: a message sent while a reply is still streaming waits in
 a queue (at most ``QUEUE_LIMIT`` messages and ``STATIC_AGENTS_MAX_BODY_BYTES``
 in all; beyond that it is refused at once with an ``error`` event, status 429)
 and is answered after the current reply's ``done``. A message longer than
-``STATIC_AGENTS_MAX_BODY_BYTES`` is refused on arrival with an ``error`` event
-(status 413), neither answered nor journaled; the socket stays open. Every
+``STATIC_AGENTS_MAX_BODY_BYTES`` is neither answered nor journaled: ``serve``
+has the protocol refuse it from its frame's header, unread, closing the socket
+(code 1009); under a server that lets it through, it is refused on arrival with
+an ``error`` event (status 413) and the socket stays open. Every
 event of a reply is sent at its scripted offset from the start of that reply's
 stream, by the paced sender that the SSE routes use too (``serving/stream.py``),
 so late sends never push later ones back; each event is one text message. A

@@ -19,7 +19,6 @@ from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
 from staticagents.services import ensure_control_token, import_fixture
 
-WS_MAX_SIZE = 16 * 1024 * 1024
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -91,9 +90,11 @@ class Command(BaseCommand):
             # X-Forwarded-* rewriting costs every request a middleware layer; a
             # deployment behind a proxy turns it on with --proxy-headers.
             proxy_headers=options["proxy_headers"],
-            # Never below the body limit (the chat consumer refuses what exceeds it, with
-            # an error event); uvicorn's own default is 16 MiB.
-            ws_max_size=max(WS_MAX_SIZE, settings.STATIC_AGENTS_MAX_BODY_BYTES + 1),
+            # A WebSocket message over the body limit is refused from its frame's header,
+            # before it is read (close code 1009, "message too big"); uncompressed, since a
+            # compressed frame is only known too big once inflated that far.
+            ws_max_size=settings.STATIC_AGENTS_MAX_BODY_BYTES,
+            ws_per_message_deflate=False,
         )
 
     def announce_control_token(self) -> None:
