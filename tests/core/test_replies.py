@@ -6,7 +6,7 @@ from typing import Any
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import compile_ruleset, match_inquiry
-from staticagents.core.replies import Fault, Step, Timing, build_reply, chaos_fault
+from staticagents.core.replies import Fault, Step, Timing, build_reply, chaos_fault, count_tokens
 from staticagents.core.timing import chunk_text, plan_stream
 
 
@@ -233,3 +233,11 @@ def test_one_snapshot_answers_each_inquiry_with_its_own_agent_type_usage_and_tem
     assert answer("nothing", "a").agent_type == "a"
     assert answer("nothing at all", "b").agent_type == "b"
     assert answer("nothing at all", "b").usage.input_tokens == 3
+
+
+def test_tokens_are_counted_as_split_counts_them_across_slices() -> None:
+    """A long text is counted a slice at a time; words at the cuts count once."""
+    text = ("a bc\\tdé  fgh\\u3000ij\\n" * 20_000 + "x" * 100_000 + " y ") * 2
+    text = text.encode().decode("unicode_escape")
+    assert count_tokens(text) == len(text.split())
+    assert count_tokens("") == 0 and count_tokens("   ") == 0
