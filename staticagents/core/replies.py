@@ -275,7 +275,10 @@ def count_tokens(text: str) -> int:
     Counted a slice at a time, each cut at a space: splitting a long text whole
     would make a string of every word of it at once (120 MB for 10 MB of words).
     """
-    count, start, size = 0, 0, len(text)
+    size = len(text)
+    if size <= _COUNT_SLICE:
+        return len(text.split())
+    count, start = 0, 0
     while start < size:
         cut = _SPACE.search(text, start + _COUNT_SLICE) if start + _COUNT_SLICE < size else None
         end = cut.start() if cut else size
