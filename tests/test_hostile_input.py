@@ -539,6 +539,18 @@ def test_a_chunked_body_over_the_limit_gets_a_413_in_the_routes_shape(
     each_route(check)
 
 
+def test_the_admin_refuses_a_body_over_the_limit_before_reading_it(
+    http: httpx.Client, settings: Any
+) -> None:
+    """Its login page is open to anyone: no allowance beyond the limit, sized or chunked."""
+    settings.STATIC_AGENTS_MAX_BODY_BYTES = 50_000
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    sized = http.post("/admin/login/", content=b"x" * 60_000, headers=form)
+    chunked = http.post("/admin/login/", content=iter([b"x" * 30_000] * 2), headers=form)
+    assert (sized.status_code, chunked.status_code) == (413, 413)
+    assert "50000 bytes" in sized.text and "50000 bytes" in chunked.text
+
+
 @pytest.mark.parametrize(
     ("path", "shape"), [("/api/ai/agents/query", "galaxy"), ("/control/explain", "control")]
 )

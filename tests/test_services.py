@@ -327,3 +327,22 @@ def test_a_command_import_changes_the_version_once_and_a_dry_run_not_at_all(
     assert version() == before + 1
     assert [rule.name for rule in active_ruleset().rules] == ["only"]
     assert active_ruleset() is not snapshot
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replace_makes_its_rows_before_taking_the_write_lock(monkeypatch: Any) -> None:
+    """On SQLite every reply's journal row waits for the write lock that the import's
+    transaction holds: the rows of a big import are made before it, not under it."""
+    made_in_transaction: list[bool] = []
+    fields_from = Rule.fields_from
+
+    def watched(doc: dict[str, Any]) -> dict[str, Any]:
+        made_in_transaction.append(connection.in_atomic_block)
+        return fields_from(doc)
+
+    monkeypatch.setattr(Rule, "fields_from", watched)
+    rules = [{"name": f"r{n}", "response": {"content": f"answer {n}"}} for n in range(50)]
+    import_fixture(document=load_fixture(yaml.safe_dump({"rules": rules})))
+    assert made_in_transaction == [False] * 50
+    stored = Rule.objects.order_by("position").values_list("name", "responses__content")
+    assert list(stored) == [(f"r{n}", f"answer {n}") for n in range(50)]
