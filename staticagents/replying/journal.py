@@ -110,11 +110,11 @@ def _cut(value: Any, limit: int) -> tuple[Any, int]:
     if isinstance(value, bytes):
         errors = "ignore" if len(value) > limit else "replace"  # no half character at the cut
         return value[:limit].decode("utf-8", errors), len(value)
-    ascii = value.isascii()
-    length = len(value) if ascii else len(value.encode())
+    is_ascii = value.isascii()
+    length = len(value) if is_ascii else len(value.encode())
     if length <= limit:
         return value, length
-    if ascii:
+    if is_ascii:
         return value[:limit], length
     return value.encode()[:limit].decode("utf-8", "ignore"), length
 
@@ -280,6 +280,7 @@ class _LoopBackend:
         self.marks: _Marks = []
         self.scheduled = False
         self.locked_since: float | None = None
+        self.reclaiming = False  # free pages are being given back
 
     def insert(self, entry: Entry) -> asyncio.Future[int]:
         future: asyncio.Future[int] = self.loop.create_future()
@@ -340,7 +341,9 @@ class _LoopBackend:
             cutoff = self.table.cutoff(self.connection.cursor(), ids[-1])
             if cutoff:
                 self.connection.execute(self.table.prune_sql, (cutoff,))
-                self.loop.call_soon(self._reclaim)
+                if not self.reclaiming:
+                    self.reclaiming = True
+                    self.loop.call_soon(self._reclaim)
         return ids
 
     def _reclaim(self) -> None:
@@ -351,8 +354,12 @@ class _LoopBackend:
             free = self.connection.execute("PRAGMA freelist_count").fetchone()[0]
         except sqlite3.OperationalError:  # the write lock is held elsewhere: later
             free = 1
+        except sqlite3.ProgrammingError:  # the writer was closed
+            return
         if free:
             self.loop.call_later(self.RECLAIM_PAUSE_SECONDS, self._reclaim)
+        else:
+            self.reclaiming = False
 
     def _retry_later(self, exc: sqlite3.OperationalError) -> bool:
         """Whether the round waits for a write lock held elsewhere (up to the database timeout)."""
