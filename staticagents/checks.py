@@ -8,7 +8,8 @@ with the message instead of failing on the first request.
 Registered by the app config with the tag ``staticagents`` (``check --tag staticagents``):
 
 * ``staticagents.E001``: ``STATIC_AGENTS_MAX_BODY_BYTES``, a whole number, at least 1
-* ``staticagents.E002``: ``STATIC_AGENTS_JOURNAL_MAX``, a whole number, at least 1
+* ``staticagents.E002``: ``STATIC_AGENTS_JOURNAL_MAX``, ``..._MAX_BYTES``, a whole number, at
+  least 1; ``..._BODY_BYTES``, at least 0
 * ``staticagents.E003``: ``STATIC_AGENTS_MAX_STREAM_SECONDS``, a number above 0
 * ``staticagents.E004``: ``STATIC_AGENTS_MATCH_WINDOW``, a whole number, at least 1
 * ``staticagents.E005``: ``STATIC_AGENTS_WORD_DELAY_MS``, ``..._FIRST_DELAY_MS``, 0 to 600000
@@ -87,10 +88,13 @@ def is_key_list(value: object) -> bool:
 
 POSITIVE, DELAY, ABOVE_0 = whole_number(1), whole_number(0, 600_000), positive_number
 BUDGET = whole_number(1, 60_000)
+AT_LEAST_0 = whole_number(0)
 # fmt: off
 LIMITS = (
     Limit("E001", "STATIC_AGENTS_MAX_BODY_BYTES", "a whole number of bytes, at least 1", POSITIVE),
     Limit("E002", "STATIC_AGENTS_JOURNAL_MAX", "a whole number of entries, at least 1", POSITIVE),
+    Limit("E002", "STATIC_AGENTS_JOURNAL_MAX_BYTES", "a whole number of bytes, >= 1", POSITIVE),
+    Limit("E002", "STATIC_AGENTS_JOURNAL_BODY_BYTES", "a whole number of bytes, >= 0", AT_LEAST_0),
     Limit("E003", "STATIC_AGENTS_MAX_STREAM_SECONDS", "a number of seconds above 0", ABOVE_0),
     Limit("E004", "STATIC_AGENTS_MATCH_WINDOW", "a whole number of chars, at least 1", POSITIVE),
     Limit("E005", "STATIC_AGENTS_WORD_DELAY_MS", "a whole number of ms, 0 to 600000", DELAY),

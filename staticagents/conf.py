@@ -52,6 +52,8 @@ class ServiceSettings:
     STATIC_AGENTS_CONTROL_TOKEN = Setting[str]()
     STATIC_AGENTS_JOURNAL = Setting[bool]()
     STATIC_AGENTS_JOURNAL_MAX = Setting[int]()
+    STATIC_AGENTS_JOURNAL_MAX_BYTES = Setting[int]()
+    STATIC_AGENTS_JOURNAL_BODY_BYTES = Setting[int]()
     STATIC_AGENTS_MATCH_WINDOW = Setting[int]()
     STATIC_AGENTS_MATCH_BUDGET_MS = Setting[int]()
     STATIC_AGENTS_MAX_BODY_BYTES = Setting[int]()

@@ -355,7 +355,15 @@ class JournalEntry(models.Model):
     agent_type = models.CharField(max_length=200)
     model = models.CharField(max_length=200, blank=True, default="")
     query = models.TextField(blank=True, default="")
-    body = models.TextField(blank=True, default="", help_text="The request body as sent")
+    body = models.TextField(
+        blank=True, default="", help_text="The request body as sent (its first bytes, if long)"
+    )
+    body_bytes = models.PositiveBigIntegerField(
+        default=0, help_text="The body's whole length in bytes (more than stored: truncated)"
+    )
+    size = models.PositiveIntegerField(
+        default=0, help_text="The bytes the entry's body and query take (the journal's budget)"
+    )
     headers = models.JSONField(default=dict, help_text="Credentials masked")
     rule = models.CharField(
         max_length=200, null=True, blank=True, help_text="Empty: the fallback answered"
@@ -371,6 +379,9 @@ class JournalEntry(models.Model):
     class Meta:
         ordering: ClassVar = ["-id"]
         verbose_name_plural = "journal entries"
+        # The sizes in id order, read without the rows (whose bodies may be long):
+        # pruning to the byte budget and paging under a byte ceiling read only this.
+        indexes: ClassVar = [models.Index(fields=["id", "size"], name="journal_size")]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.dialect} {self.outcome}"

@@ -13,8 +13,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from django.db import transaction
-from django.db.models import F, Max, QuerySet
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Field, Max, Model, QuerySet
 
 from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
@@ -93,9 +94,12 @@ def import_fixture(
     the fallback only when the document gives them.
     """
     result = ImportResult(0, 0, 0, dry_run)
+    # A replace's rows are made before the transaction: SQLite's write lock, which every
+    # reply's journal row waits for, is then held only while the statements run.
+    made = None if merge else [_rule_rows(doc, i) for i, doc in enumerate(document["rules"])]
     try:
         with transaction.atomic():
-            result, changed = (_merge if merge else _replace)(document)
+            result, changed = _merge(document) if made is None else _replace(document, made)
             # A replaced ruleset is the document: no need to read it back.
             shadows = rule_shadows() if merge else shadowed_rules(document["rules"])
             warnings = tuple(shadow.message() for shadow in shadows.values())
@@ -109,37 +113,35 @@ def import_fixture(
     return result
 
 
-def _replace(document: dict[str, Any]) -> tuple[ImportResult, bool]:
-    """Make the stored rules exactly the document's, rewriting only the rules whose
-    document differs (``Rule.digest``), so the snapshot recompiles only those; a rule
-    that only moved gets its new place. Also says whether anything changed."""
+def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportResult, bool]:
+    """Make the stored rules exactly the document's (``made``: its rules' rows, in order),
+    rewriting only the rules whose document differs (``Rule.digest``), so the snapshot
+    recompiles only those; a rule that only moved gets its new place. Also says whether
+    anything changed."""
     stored = {rule.name: rule for rule in Rule.objects.only("id", "name", "position", "digest")}
     wanted = {doc["name"] for doc in document["rules"]}
     gone = [rule.pk for name, rule in stored.items() if name not in wanted]
     deleted = 0
     for start in range(0, len(gone), 500):  # a bounded number of parameters per statement
         deleted += _delete_rules(Rule.objects.filter(pk__in=gone[start : start + 500]))
-    fresh: list[tuple[int, dict[str, Any]]] = []
+    fresh: list[_RuleRows] = []
+    rewritten: list[_RuleRows] = []
     moved: list[Rule] = []
-    updated = unchanged = 0
-    for position, doc in enumerate(document["rules"]):
-        rule = stored.get(doc["name"])
-        if rule is None:
-            fresh.append((position, doc))
+    unchanged = 0
+    for position, rows in enumerate(made):
+        rule = stored.get(rows.name)
+        if rule is None or not rule.digest or rule.digest != rows.digest:
+            (fresh if rule is None else rewritten).append(rows)
             continue
-        if rule.digest and rule.digest == Rule.digest_of(doc):
-            unchanged += 1
-        else:
-            _update_rule(rule, doc)
-            updated += 1
+        unchanged += 1
         if rule.position != position:
             rule.position = position
             moved.append(rule)
     Rule.objects.bulk_update(moved, ["position"], batch_size=500)
-    _create_placed_rules(fresh)
+    _write_rule_rows(fresh, rewritten)
     extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
-    result = ImportResult(len(fresh), updated, deleted, unchanged=unchanged)
-    return result, bool(fresh or updated or deleted or moved or extras_changed)
+    result = ImportResult(len(fresh), len(rewritten), deleted, unchanged=unchanged)
+    return result, bool(fresh or rewritten or deleted or moved or extras_changed)
 
 
 def _replace_defaults_and_fallback(
@@ -216,23 +218,90 @@ def _first_catch_all(rules: list[Rule]) -> int:
 
 
 def _create_rules(docs: list[dict[str, Any]], *, start: int) -> None:
-    _create_placed_rules([(start + i, doc) for i, doc in enumerate(docs)])
+    _write_rule_rows([_rule_rows(doc, start + i) for i, doc in enumerate(docs)], [])
 
 
-def _create_placed_rules(placed: list[tuple[int, dict[str, Any]]]) -> None:
-    """Create rules, each at its given position, with their responses."""
-    rules = Rule.objects.bulk_create(
-        [Rule(position=position, **Rule.fields_from(doc)) for position, doc in placed],
-        batch_size=500,
+@dataclass(frozen=True)
+class _RuleRows:
+    """A rule's row and its responses' rows (``_rule_fields``, ``_response_fields``), made
+    without touching the database; a response names its rule by the rule's (unique) name."""
+
+    name: str
+    digest: str  # ``Rule.digest``
+    rule: list[Any]
+    responses: list[list[Any]]
+
+
+def _rule_rows(doc: dict[str, Any], position: int) -> _RuleRows:
+    db = connections[Rule.objects.db]
+    rule = Rule(position=position, **Rule.fields_from(doc))
+    responses = [
+        RuleResponse(position=i, **RuleResponse.fields_from(response))
+        for i, response in enumerate(_responses(doc))
+    ]
+    return _RuleRows(
+        name=rule.name,
+        digest=rule.digest,
+        rule=_values(db, rule, _rule_fields()),
+        responses=[[*_values(db, r, _response_fields()), rule.name] for r in responses],
     )
-    RuleResponse.objects.bulk_create(
-        [
-            RuleResponse(rule=rule, position=i, **RuleResponse.fields_from(response))
-            for rule, (_, doc) in zip(rules, placed, strict=True)
-            for i, response in enumerate(_responses(doc))
-        ],
-        batch_size=500,
-    )
+
+
+def _rule_fields() -> list[Field[Any, Any]]:
+    return [f for f in Rule._meta.concrete_fields if not f.primary_key]
+
+
+def _response_fields() -> list[Field[Any, Any]]:
+    return [f for f in RuleResponse._meta.concrete_fields if not f.primary_key and f.name != "rule"]
+
+
+def _write_rule_rows(fresh: list[_RuleRows], rewritten: list[_RuleRows]) -> None:
+    """Insert the ``fresh`` rules; rewrite the ``rewritten`` ones in place (found by name,
+    their responses replaced); then insert the responses of both."""
+    db = connections[Rule.objects.db]
+    quote = db.ops.quote_name
+    rules, name = quote(Rule._meta.db_table), quote("name")
+    find_rule = f"(SELECT {quote('id')} FROM {rules} WHERE {name} = %s)"
+    rule_id = quote(RuleResponse._meta.get_field("rule").column)
+    responses = [row for rows in (*fresh, *rewritten) for row in rows.responses]
+    with db.cursor() as cursor:
+        if fresh:
+            insert = _insert_sql(db, Rule, _rule_fields(), [])
+            cursor.executemany(insert, [rows.rule for rows in fresh])
+        if rewritten:
+            setting = ", ".join(f"{quote(f.column)} = %s" for f in _rule_fields())
+            cursor.executemany(
+                f"UPDATE {rules} SET {setting} WHERE {name} = %s",
+                [[*rows.rule, rows.name] for rows in rewritten],
+            )
+            cursor.executemany(
+                f"DELETE FROM {quote(RuleResponse._meta.db_table)} WHERE {rule_id} = {find_rule}",
+                [[rows.name] for rows in rewritten],
+            )
+        if responses:
+            insert = _insert_sql(db, RuleResponse, _response_fields(), [("rule_id", find_rule)])
+            cursor.executemany(insert, responses)
+
+
+def _insert_sql(
+    db: BaseDatabaseWrapper,
+    model: type[Model],
+    fields: list[Field[Any, Any]],
+    extra: list[tuple[str, str]],
+) -> str:
+    """``INSERT`` of one row: ``fields`` as parameters, then ``extra`` columns as SQL."""
+    quote = db.ops.quote_name
+    columns = [quote(field.column) for field in fields] + [quote(name) for name, _ in extra]
+    values = ["%s"] * len(fields) + [sql for _, sql in extra]
+    table = quote(model._meta.db_table)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})"
+
+
+def _values(db: BaseDatabaseWrapper, obj: Model, fields: list[Field[Any, Any]]) -> list[Any]:
+    """The row of ``obj``, each value as Django's own insert passes it."""
+    return [
+        field.get_db_prep_save(field.pre_save(obj, add=True), connection=db) for field in fields
+    ]
 
 
 def _update_rule(rule: Rule, doc: dict[str, Any]) -> None:

@@ -124,7 +124,11 @@ def database_config(url: str) -> dict[str, Any]:
         # the write lock up front, so concurrent counter updates queue instead of
         # failing with "database is locked" on a lock upgrade.
         config["OPTIONS"] = {
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            # The log is cut back to 64 MiB after a checkpoint (auto_vacuum, which lets
+            # the journal writer give pruned pages back, is set once, by migration 0009:
+            # setting it takes the write lock).
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+            "PRAGMA journal_size_limit=67108864;",
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
         }
@@ -261,6 +265,15 @@ STATIC_AGENTS_CONTROL_TOKEN = env_str("STATIC_AGENTS_CONTROL_TOKEN", "")
 STATIC_AGENTS_JOURNAL = env_bool("STATIC_AGENTS_JOURNAL", True)
 # The journal keeps about this many newest entries; older ones are pruned.
 STATIC_AGENTS_JOURNAL_MAX = env_int("STATIC_AGENTS_JOURNAL_MAX", 100_000, unit="entries", minimum=1)
+# ... and about this many bytes of bodies and queries (older entries are pruned) ...
+STATIC_AGENTS_JOURNAL_MAX_BYTES = env_int(
+    "STATIC_AGENTS_JOURNAL_MAX_BYTES", 256 * 1024 * 1024, unit="bytes", minimum=1
+)
+# ... of which one entry stores at most this many of its body (and of its query);
+# the rest is dropped, the body's full length kept (``body_bytes``).
+STATIC_AGENTS_JOURNAL_BODY_BYTES = env_int(
+    "STATIC_AGENTS_JOURNAL_BODY_BYTES", 1024 * 1024, unit="bytes", minimum=0
+)
 # Rule regexes run on at most this many characters of a query, system prompt,
 # context value or tool result, so no inquiry can make matching take long.
 STATIC_AGENTS_MATCH_WINDOW = env_int(

@@ -92,7 +92,7 @@ def test_the_limits_take_fractions_and_tuples_where_they_make_sense() -> None:
 
 def test_every_setting_of_the_service_is_checked() -> None:
     names = [name for name in vars(staticagents.settings) if name.startswith("STATIC_AGENTS_")]
-    assert len(names) == 13
+    assert len(names) == 15
     for name in names:
         with override_settings(**{name: object()}):
             messages = service_checks()

@@ -28,6 +28,7 @@ import pytest
 import websockets.sync.client as ws_client
 from websockets.exceptions import ConnectionClosed
 
+from staticagents.testing.server import StaticAgentsServer
 from tests.conftest import CONTROL_TOKEN
 
 # -- the routes and their error shapes ------------------------------------------------
@@ -541,6 +542,18 @@ def test_a_chunked_body_over_the_limit_gets_a_413_in_the_routes_shape(
     each_route(check)
 
 
+def test_the_admin_refuses_a_body_over_the_limit_before_reading_it(
+    http: httpx.Client, settings: Any
+) -> None:
+    """Its login page is open to anyone: no allowance beyond the limit, sized or chunked."""
+    settings.STATIC_AGENTS_MAX_BODY_BYTES = 50_000
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    sized = http.post("/admin/login/", content=b"x" * 60_000, headers=form)
+    chunked = http.post("/admin/login/", content=iter([b"x" * 30_000] * 2), headers=form)
+    assert (sized.status_code, chunked.status_code) == (413, 413)
+    assert "50000 bytes" in sized.text and "50000 bytes" in chunked.text
+
+
 @pytest.mark.parametrize(
     ("method", "path", "shape"),
     [
@@ -832,6 +845,23 @@ def test_a_broken_websocket_message_gets_an_error_event_and_the_socket_stays_ope
         assert "result" in kinds
 
 
+def test_a_websocket_message_over_the_limit_gets_a_413_event_and_is_not_journaled(
+    live_url: str, settings: Any, control: httpx.Client
+) -> None:
+    """Under a server whose protocol lets it through (serve's refuses it unread)."""
+    settings.STATIC_AGENTS_MAX_BODY_BYTES = 50_000
+    url = live_url.replace("http://", "ws://") + "/ws/chat/"
+    with ws_client.connect(url, open_timeout=5) as socket:
+        socket.send(json.dumps({"query": "x" * 60_000}))
+        event = json.loads(socket.recv(timeout=5))
+        assert event["type"] == "error" and event["error"]["status"] == 413, event
+        assert "50000 bytes" in event["error"]["message"]
+        socket.send(json.dumps({"query": "still here?"}))
+        while json.loads(socket.recv(timeout=5))["type"] != "done":
+            pass
+    assert [e["query"] for e in control.get("/journal").json()["results"]] == ["still here?"]
+
+
 def test_an_unknown_websocket_path_gets_a_404_event_and_a_close(
     live_url: str, tally: dict[str, int]
 ) -> None:
@@ -977,3 +1007,182 @@ def test_hostile_regexes_never_hold_a_worker(tmp_path: Path, workers: int) -> No
     reasons = [verdict["reason"] for verdict in explained["verdicts"][:3]]
     assert all(f"{BUDGET_MS} ms time budget" in reason for reason in reasons), reasons
     assert explained["rule"] == "hostile-3"
+
+
+# -- big inputs: memory stays bounded, other routes keep answering ----------------------------
+#
+# Each case runs against a service of its own in a subprocess (``serve``: the demo rules,
+# the default limits), whose resident memory is read from /proc while the input is sent.
+
+MEMORY_ALLOWANCE = 100 * 1024 * 1024  # above the idle service's resident memory
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def resident_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+class Watch:
+    """While a big input is sent: the service's peak memory, and a small reply asked for
+    over and over on another connection (how long each took, what each answered)."""
+
+    def __init__(self, server: StaticAgentsServer) -> None:
+        self.server = server
+        assert server.pid is not None
+        self.pid = server.pid
+        self.idle = resident_bytes(self.pid)
+        self.peak = self.idle
+        self.statuses: list[int] = []  # of every small reply
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            self.quiet = max(self.time_reply(client) for _ in range(10))  # the slowest, idle
+        self.took: list[float] = []  # while the big input is sent
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.server.url, timeout=60) as client:
+            while not self.stop.is_set():
+                self.peak = max(self.peak, resident_bytes(self.pid))
+                self.took.append(self.time_reply(client))
+                self.stop.wait(0.02)
+
+    def time_reply(self, client: httpx.Client) -> float:
+        started = time.perf_counter()
+        self.statuses.append(client.post("/v1/chat/completions", json=CHAT).status_code)
+        return time.perf_counter() - started
+
+    def __enter__(self) -> Watch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+        self.peak = max(self.peak, resident_bytes(self.pid))
+
+    def check(self, spent: float) -> None:
+        """Memory within the allowance of idle; every small reply answered, none held for
+        a fifth of the time the big input took (``spent``) or ten times the slowest while
+        idle, whichever is longer (both measured in the same run)."""
+        grown = self.peak - self.idle
+        slowest = max(self.took, default=0.0)
+        print(f"\n{grown / 1e6:.0f} MB over idle; slowest of {len(self.took)} small replies")
+        print(f"{slowest * 1000:.0f} ms while the big input took {spent:.1f} s")
+        assert grown < MEMORY_ALLOWANCE, f"resident memory grew by {grown / 1e6:.0f} MB"
+        assert self.statuses and set(self.statuses) == {200}, self.statuses
+        assert slowest < max(spent / 5, 10 * self.quiet), (slowest, spent, self.quiet)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[StaticAgentsServer]:
+    with StaticAgentsServer(
+        tmp_path, environment={"STATIC_AGENTS_MAX_STREAM_SECONDS": "8"}
+    ) as server:
+        yield server
+
+
+def test_a_streamed_echo_of_a_10_mb_question_keeps_memory_bounded(
+    service: StaticAgentsServer,
+) -> None:
+    """The demo's echo rule streams the question back word by word (20 ms apart), until
+    the maximum duration (8 s here) cuts it off: its frames are made as they are sent."""
+    question = "word " * 2_000_000
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": question}]}
+    with Watch(service) as watch:
+        started = time.perf_counter()
+        with httpx.stream("POST", f"{service.url}/v1/chat/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            text = b"".join(r.iter_bytes()).decode()
+        spent = time.perf_counter() - started
+    assert "stream_timeout" in text  # cut off at the maximum duration, as it should be
+    watch.check(spent)
+
+
+def test_a_stream_of_two_million_frames_due_at_once_keeps_memory_bounded(
+    service: StaticAgentsServer,
+) -> None:
+    """No delays: every frame is due at once, and goes out in batches, the loop free between."""
+    headers = {"Authorization": f"Bearer {service.token}"}
+    rule = {"name": "fast-echo", "response": {"template": True, "content": "$query"}}
+    rule["response"]["stream"] = {"word_delay_ms": 0}
+    assert httpx.post(f"{service.url}/control/rules", json=rule, headers=headers).status_code == 201
+    reordered = httpx.post(
+        f"{service.url}/control/rules/reorder", json=["fast-echo"], headers=headers
+    )
+    assert reordered.status_code == 200, reordered.text
+    question = "word " * 2_000_000
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": question}]}
+    with Watch(service) as watch:
+        started, frames = time.perf_counter(), 0
+        with httpx.stream(
+            "POST", f"{service.url}/v1/chat/completions", json=body, timeout=120
+        ) as r:
+            for line in r.iter_lines():
+                frames += line.startswith("data: ")
+        spent = time.perf_counter() - started
+    assert frames == 2_000_000 + 3  # the role, every word, the finish, [DONE]
+    watch.check(spent)
+
+
+def test_websocket_messages_of_16_mb_are_refused_unread(service: StaticAgentsServer) -> None:
+    """Over the body limit (10 MiB): the socket is closed from the frame's header (1009,
+    message too big), nothing answered nor journaled, nothing kept; a new socket is
+    answered as ever."""
+    message = json.dumps({"query": "x" * 16_000_000})
+    url = service.url.replace("http://", "ws://") + "/ws/chat/"
+    client = service.client()
+    before = client.counters(every_session=True)
+    with Watch(service) as watch:
+        started = time.perf_counter()
+        for _ in range(8):
+            with ws_client.connect(url, open_timeout=5, max_size=None) as socket:
+                with pytest.raises(ConnectionClosed):
+                    socket.send(message)
+                    socket.recv(timeout=30)
+                # 1009 (message too big); or 1006, the socket dropped while the client still sent
+                assert socket.close_code in (1009, 1006), socket.close_code
+        with ws_client.connect(url, open_timeout=5) as socket:
+            socket.send(json.dumps({"query": "still here?"}))
+            kinds = [json.loads(socket.recv(timeout=5))["type"]]
+            while kinds[-1] != "done":
+                kinds.append(json.loads(socket.recv(timeout=5))["type"])
+        spent = time.perf_counter() - started
+    watch.check(spent)
+    after = client.counters(every_session=True)
+    assert after.requests == before.requests + 1 + len(watch.statuses)  # "still here?" and ours
+
+
+def test_sixty_requests_of_8_mb_keep_memory_the_journal_and_its_pages_bounded(
+    tmp_path: Path,
+) -> None:
+    """Journaled with at most 1 MiB of each body; pruned to a 32 MiB budget, the file shrinking
+    back; a page of the journal stops at its byte ceiling."""
+    budget = 32 * 1024 * 1024
+    environment = {"STATIC_AGENTS_JOURNAL_MAX_BYTES": str(budget)}
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "y " * 4_000_000}]})
+    with StaticAgentsServer(tmp_path, environment=environment) as service:
+        with Watch(service) as watch, httpx.Client(base_url=service.url, timeout=60) as http:
+            started = time.perf_counter()
+            for _ in range(60):
+                response = http.post("/v1/chat/completions", content=body, headers=JSON)
+                assert response.status_code == 200
+            spent = time.perf_counter() - started
+        watch.check(spent)
+        headers = {"Authorization": f"Bearer {service.token}"}
+        page = httpx.get(f"{service.url}/control/journal?page_size=1000", headers=headers)
+        assert page.status_code == 200
+        assert len(page.content) < 10 * 1024 * 1024
+        grown = resident_bytes(watch.pid) - watch.idle
+        assert grown < MEMORY_ALLOWANCE, f"resident memory grew by {grown / 1e6:.0f} MB"
+        entries = page.json()["results"]
+        assert entries and page.json()["next"], "a page that stops at its ceiling leads on"
+        big = [e for e in entries if e["body_bytes"] > 8_000_000]
+        assert big and all(e["body_truncated"] and len(e["body"]) == 1024 * 1024 for e in big)
+        time.sleep(1)  # the writer gives the pruned pages back a few at a time
+        database = tmp_path / "db.sqlite3"
+        size = database.stat().st_size
+        assert size < 2 * budget, f"the database holds {size / 1e6:.0f} MB"

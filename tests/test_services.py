@@ -216,6 +216,34 @@ def test_a_rule_edited_field_by_field_is_rewritten_by_the_next_replace(rules: No
     assert import_fixture(document=document).unchanged == len(document["rules"])
 
 
+@pytest.mark.parametrize("count", [3, 300])
+def test_changed_rules_are_rewritten_in_place_in_a_constant_number_of_statements(
+    db: None, count: int
+) -> None:
+    import_fixture(document=rule_set(count, "same"))
+    ids = dict(Rule.objects.values_list("name", "id"))
+    document = rule_set(count, "same")
+    for i, doc in enumerate(document["rules"]):
+        if i % 2 == 0:  # every other rule changes: a new match and one response less
+            doc["match"]["contains"] = f"changed {i}"
+            doc["responses"] = [{"content": f"now {i}"}]
+    sql = sql_of(lambda: import_fixture(document=document))
+    statements = [s.split(" times: ", 1)[-1] for s in sql]  # executemany: "N times: ..."
+    writes = [s.split()[0] for s in statements if s.startswith(("UPDATE", "DELETE", "INSERT"))]
+    # The rules, their old responses, their new ones, and the version: never one per row.
+    assert sorted(writes) == ["DELETE", "INSERT", "UPDATE", "UPDATE"], writes
+    changed = (count + 1) // 2
+    assert dict(Rule.objects.values_list("name", "id")) == ids  # rewritten where they were
+    stored = {r.name: r for r in Rule.objects.prefetch_related("responses")}
+    for i in range(count):
+        rule, contents = stored[f"same-{i}"], [f"now {i}"] if i % 2 == 0 else ["first", "then"]
+        assert [r.content for r in rule.responses.order_by("position")] == contents
+        assert rule.match_contains == (f"changed {i}" if i % 2 == 0 else f"same {i}")
+        assert rule.position == i
+    assert import_fixture(document=document).unchanged == count
+    assert RuleResponse.objects.count() == changed + 2 * (count - changed)
+
+
 def test_no_receiver_defeats_djangos_fast_delete() -> None:
     for model in (Rule, RuleResponse, Defaults, Fallback):
         for signal in (
@@ -339,3 +367,22 @@ def test_a_command_import_changes_the_version_once_and_a_dry_run_not_at_all(
     assert version() == before + 1
     assert [rule.name for rule in active_ruleset().rules] == ["only"]
     assert active_ruleset() is not snapshot
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replace_makes_its_rows_before_taking_the_write_lock(monkeypatch: Any) -> None:
+    """On SQLite every reply's journal row waits for the write lock that the import's
+    transaction holds: the rows of a big import are made before it, not under it."""
+    made_in_transaction: list[bool] = []
+    fields_from = Rule.fields_from
+
+    def watched(doc: dict[str, Any]) -> dict[str, Any]:
+        made_in_transaction.append(connection.in_atomic_block)
+        return fields_from(doc)
+
+    monkeypatch.setattr(Rule, "fields_from", watched)
+    rules = [{"name": f"r{n}", "response": {"content": f"answer {n}"}} for n in range(50)]
+    import_fixture(document=load_fixture(yaml.safe_dump({"rules": rules})))
+    assert made_in_transaction == [False] * 50
+    stored = Rule.objects.order_by("position").values_list("name", "responses__content")
+    assert list(stored) == [(f"r{n}", f"answer {n}") for n in range(50)]

@@ -14,6 +14,7 @@ pass the same schema as a YAML import; every error has the shape
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import IO, Any, ClassVar
 
@@ -343,12 +344,20 @@ def _wants_json(request: Request) -> bool:
 
 
 class JournalPagination(CursorPagination):
-    """Newest first by id; a cursor stays stable while new entries arrive."""
+    """Newest first by id; a cursor stays stable while new entries arrive.
+
+    A page ends early once its bodies and queries reach ``PAGE_BYTES`` (it
+    holds one entry at least): the page is chosen from the entries' ids and
+    sizes alone, then only its entries are read whole.
+    """
 
     ordering = "-id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 1000
+    PAGE_BYTES = 8 * 1024 * 1024
+    has_next: bool  # set by DRF's paginate_queryset, and here when a page ends early
+    has_previous: bool
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         """DRF's cursor, whose position must be an id: a hand-made one could hold anything."""
@@ -359,11 +368,33 @@ class JournalPagination(CursorPagination):
         return cursor
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
-        page = super().paginate_queryset(queryset, request, view)
+        # The page is chosen from ids and sizes alone; its entries are read whole after.
+        page: list[dict[str, Any]] | None = super().paginate_queryset(
+            queryset.values("id", "size"), request, view
+        )
+        if page is None:
+            return None
         # A first page with nothing after it holds every entry: no query to count them.
         whole = self.cursor is None and not self.has_next
         self.count = len(page) if whole else queryset.count()
-        return page
+        # Going back (a previous link), the entries next to the cursor end the page.
+        backwards = self.cursor is not None and self.cursor.reverse
+        kept = _within(reversed(page) if backwards else page, self.PAGE_BYTES)
+        if kept < len(page):  # the links then lead on from the entries kept
+            if backwards:
+                beyond, page = page[len(page) - kept - 1], page[len(page) - kept :]
+                self.has_previous, self.previous_position = True, self.position_of(beyond)
+            else:
+                beyond, page = page[kept], page[:kept]
+                self.has_next, self.next_position = True, self.position_of(beyond)
+            self.page = page
+        rows = {row["id"]: row for row in queryset.filter(pk__in=[entry["id"] for entry in page])}
+        return [rows[entry["id"]] for entry in page if entry["id"] in rows]
+
+    def position_of(self, entry: dict[str, Any]) -> str:
+        """The cursor position of ``entry`` (its id, as the ordering says)."""
+        position: str = self._get_position_from_instance(entry, self.ordering)
+        return position
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response(
@@ -379,6 +410,17 @@ class JournalPagination(CursorPagination):
 def _is_row_id(text: str) -> bool:
     """Digits naming a row of a bigint key (a longer number would overflow the query)."""
     return is_ascii_number(text) and len(text) <= 19 and int(text) < 2**63
+
+
+def _within(entries: Iterable[dict[str, Any]], ceiling: int) -> int:
+    """How many of the first ``entries`` fit in ``ceiling`` bytes (one at least)."""
+    kept = total = 0
+    for entry in entries:
+        total += entry["size"]
+        if kept and total > ceiling:
+            break
+        kept += 1
+    return kept
 
 
 class JournalView(ControlView):
@@ -408,6 +450,7 @@ class JournalView(ControlView):
         "model",
         "query",
         "body",
+        "body_bytes",
         "headers",
         "rule",
         "outcome",
@@ -427,10 +470,16 @@ class JournalView(ControlView):
         page = paginator.paginate_queryset(entries, request, self)
         for entry in page:
             entry["created_at"] = self.CREATED_AT.to_representation(entry["created_at"])
+            entry["body_truncated"] = body_truncated(entry["body"], entry["body_bytes"])
         return paginator.get_paginated_response(page)
 
     def delete(self, request: Request) -> Response:
         return Response({"deleted": clear_journal(session=session_param(request))})
+
+
+def body_truncated(body: str, body_bytes: int) -> bool:
+    """Whether ``body`` holds only the first bytes of a body ``body_bytes`` long."""
+    return body_bytes > (len(body) if body.isascii() else len(body.encode()))
 
 
 SCRIPT_KEYS = ("responses", "on_exhausted")

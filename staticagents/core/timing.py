@@ -21,24 +21,49 @@ def chunk_text(text: str, chunk: str | int = "word") -> list[str]:
     ``word`` keeps each word with the whitespace after it; ``char`` sends one
     character at a time; a number sends that many characters at a time.
     """
-    if not text:
-        return []
+    return list(iter_chunks(text, chunk))
+
+
+def iter_chunks(text: str, chunk: str | int = "word") -> Iterator[str]:
+    """The chunks of ``chunk_text``, one at a time: a long text is never cut up all at once."""
     if chunk == "word":
-        return _WORD.findall(text)
+        for word in _WORD.finditer(text):
+            yield word.group()
+        return
     size = 1 if chunk == "char" else int(chunk)
-    return [text[i : i + size] for i in range(0, len(text), size)]
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
 
 
-def schedule(count: int, timing: Timing) -> Iterator[float]:
-    """Seconds after the stream starts at which each of ``count`` chunks is due.
+class Slots:
+    """A reply's schedule, handed out slot by slot as a stream is rendered.
 
-    Offsets are absolute, so a late chunk does not push every later one back:
-    drift never accumulates over a long stream.
+    The n-th chunk taken (from 0) is due ``first_delay_ms + n * word_delay_ms``
+    after the stream starts. Offsets are absolute, so a late chunk does not push
+    every later one back: drift never accumulates over a long stream. A renderer
+    takes its slots in the order it sends its chunks, so nothing is counted (or
+    cut up) ahead of time.
     """
-    first = timing.first_delay_ms / 1000
-    step = timing.word_delay_ms / 1000
-    for index in range(count):
-        yield first + index * step
+
+    __slots__ = ("chunk", "end", "first", "step", "taken")
+
+    def __init__(self, timing: Timing) -> None:
+        self.first = timing.first_delay_ms / 1000
+        self.step = timing.word_delay_ms / 1000
+        self.chunk = timing.chunk
+        self.taken = 0
+        self.end = self.first  # the last slot taken; the first delay before any
+
+    def take(self) -> float:
+        at = self.first + self.taken * self.step
+        self.taken += 1
+        self.end = at
+        return at
+
+    def pieces(self, text: str) -> Iterator[tuple[float, str]]:
+        """``text`` in chunks, each with the next slot."""
+        for piece in iter_chunks(text, self.chunk):
+            yield self.take(), piece
 
 
 @value_class
@@ -50,12 +75,13 @@ class Piece:
     text: str
 
 
-def plan_stream(reply: Reply) -> list[Piece]:
-    """Thinking first, then the content, each cut into chunks on the reply's schedule."""
-    chunks = [("thinking", c) for c in chunk_text(reply.thinking or "", reply.timing.chunk)]
-    chunks += [("text", c) for c in chunk_text(reply.content, reply.timing.chunk)]
-    offsets = schedule(len(chunks), reply.timing)
-    return [Piece(at, kind, text) for at, (kind, text) in zip(offsets, chunks, strict=True)]
+def plan_stream(reply: Reply, slots: Slots | None = None) -> Iterator[Piece]:
+    """Thinking first, then the content, each cut into chunks on the reply's schedule
+    (``slots``, when the caller goes on taking slots after these), as they are sent."""
+    slots = slots or Slots(reply.timing)
+    for kind, text in (("thinking", reply.thinking or ""), ("text", reply.content)):
+        for at, piece in slots.pieces(text):
+            yield Piece(at, kind, piece)
 
 
 @value_class

@@ -265,7 +265,7 @@ def journal_entry(
         agent_type=inquiry.agent_type[:200],
         model=inquiry.model[:200],
         query=inquiry.query,
-        body=body.decode("utf-8", "replace") if isinstance(body, bytes) else body,
+        body=body,  # bytes are decoded by the journal writer, as far as it keeps them
         headers=mask_headers(inquiry.headers),
         rule=reply.rule,
         outcome=reply.outcome,

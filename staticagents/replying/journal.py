@@ -31,10 +31,20 @@ in one of two ways hidden behind ``record`` and ``mark``:
 A round is one transaction: when any of its rows fails, none is written and
 every request in it gets the error; the next round starts afresh.
 
-The writer keeps the journal near its cap (``STATIC_AGENTS_JOURNAL_MAX``, read
-when it prunes): every ``prune_interval(cap)`` entries this process writes, the
-transaction that writes them also deletes the entries older than the newest
-``cap`` (one indexed DELETE by id).
+The writer keeps the journal within bounds, read when it writes or prunes:
+
+* an entry stores at most ``STATIC_AGENTS_JOURNAL_BODY_BYTES`` of its body and
+  as many of its query; ``body_bytes`` keeps the body's whole length (more than
+  it stores: truncated) and ``size`` what the two take (``bounded``);
+* the journal keeps about ``STATIC_AGENTS_JOURNAL_MAX`` entries and
+  ``STATIC_AGENTS_JOURNAL_MAX_BYTES`` of bodies and queries: every
+  ``prune_interval(cap)`` entries or 1% of the byte budget this process writes,
+  the transaction that writes them also deletes the oldest entries beyond
+  either bound (one indexed DELETE by id; the sizes are read from their index,
+  never from the rows);
+* on a SQLite file, the pages a prune frees go back to the file system
+  afterwards, a few at a time on the loop (``PRAGMA incremental_vacuum``;
+  migration 0009 sets ``auto_vacuum=INCREMENTAL``).
 
 Each value becomes a parameter the way its model field says
 (``Field.get_db_prep_save``), so a column of any type is stored as Django would
@@ -78,6 +88,40 @@ def prune_interval(cap: int) -> int:
     The journal may exceed the cap by that much per process, never more.
     """
     return max(1, min(1000, cap // 100))
+
+
+def bounded(entry: Entry, limit: int) -> Entry:
+    """``entry`` with at most ``limit`` bytes of its body and of its query (UTF-8, cut
+    between characters), its body's whole length (``body_bytes``) and the bytes the two
+    take (``size``). The body may be given as bytes: only what is kept is decoded."""
+    body, body_bytes = _cut(entry.get("body", ""), limit)
+    query, query_bytes = _cut(entry.get("query", ""), limit)
+    kept = min(body_bytes, limit) + min(query_bytes, limit)
+    return {**entry, "body": body, "query": query, "body_bytes": body_bytes, "size": kept}
+
+
+def bounded_all(entries: list[Entry]) -> tuple[list[Entry], int]:
+    """Each entry ``bounded``, and the bytes they take together."""
+    limit: int = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
+    entries = [bounded(entry, limit) for entry in entries]
+    return entries, sum(entry["size"] for entry in entries)
+
+
+def _cut(value: Any, limit: int) -> tuple[Any, int]:
+    """At most ``limit`` bytes of ``value`` as text, and its whole length in bytes
+    (anything but text or bytes goes as it is, for the database to judge)."""
+    if not isinstance(value, str | bytes):
+        return value, 0
+    if isinstance(value, bytes):
+        errors = "ignore" if len(value) > limit else "replace"  # no half character at the cut
+        return value[:limit].decode("utf-8", errors), len(value)
+    is_ascii = value.isascii()
+    length = len(value) if is_ascii else len(value.encode())
+    if length <= limit:
+        return value, length
+    if is_ascii:
+        return value[:limit], length
+    return value.encode()[:limit].decode("utf-8", "ignore"), length
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,15 +333,17 @@ def _write(
     """Insert ``entries``, apply ``marks`` and prune when due, on Django's connection ``db``
     (in the caller's transaction); the new ids, in order."""
     ids: list[int] = []
+    entries, written = bounded_all(entries)
     with db.cursor() as cursor:
         for sql, values, _ in table.inserts(db, entries, returning=True):
             cursor.execute(sql, values)
             ids.extend(int(row[0]) for row in cursor.fetchall())
         if marks:
             cursor.executemany(table.mark_sql, [(mark.outcome, mark.entry_id) for mark in marks])
-        cutoff = cap.cutoff(len(ids), ids[-1] if ids else 0)
-        if cutoff:
-            cursor.execute(table.prune_sql, [cutoff])
+        if ids and cap.due(len(ids), written):
+            cutoff = table.cutoff(cursor, ids[-1])
+            if cutoff:
+                cursor.execute(table.prune_sql, [cutoff])
     return ids
 
 
@@ -342,24 +388,24 @@ def _run_job(statements: Statements, job: Job) -> Any:
 
 
 class _Cap:
-    """When to prune, and down to which id (see the module doc)."""
+    """When to prune (see the module doc)."""
 
     def __init__(self) -> None:
-        self._unpruned = 0  # entries written since the last prune
+        self._entries = 0  # entries written since the last prune
+        self._bytes = 0  # and the bytes they take
         self._lock = threading.Lock()
 
-    def cutoff(self, written: int, newest_id: int) -> int:
-        """Count ``written`` new entries; when a prune is due, the id up to which entries
-        go (the newest ``cap`` stay), else 0."""
-        if not written:
-            return 0
+    def due(self, written: int, size: int) -> bool:
+        """Count ``written`` new entries taking ``size`` bytes; whether a prune is due."""
         cap: int = settings.STATIC_AGENTS_JOURNAL_MAX
+        budget: int = settings.STATIC_AGENTS_JOURNAL_MAX_BYTES
         with self._lock:
-            self._unpruned += written
-            if self._unpruned < prune_interval(cap):
-                return 0
-            self._unpruned = 0
-        return max(0, newest_id - cap)
+            self._entries += written
+            self._bytes += size
+            if self._entries < prune_interval(cap) and self._bytes < max(1, budget // 100):
+                return False
+            self._entries = self._bytes = 0
+        return True
 
 
 _Inserts = list[tuple[Entry, asyncio.Future[int]]]
@@ -376,6 +422,8 @@ class _LoopBackend:
     """
 
     RETRY_SECONDS = 0.001
+    RECLAIM_PAGES = 128  # a few milliseconds of page moves
+    RECLAIM_PAUSE_SECONDS = 0.002
 
     def __init__(
         self, writer: JournalWriter, loop: asyncio.AbstractEventLoop, db: BaseDatabaseWrapper
@@ -392,6 +440,7 @@ class _LoopBackend:
         self.jobs: _Jobs = []
         self.scheduled = False
         self.locked_since: float | None = None
+        self.reclaiming = False  # free pages are being given back
 
     def insert(self, entry: Entry) -> asyncio.Future[int]:
         future: asyncio.Future[int] = self.loop.create_future()
@@ -453,6 +502,7 @@ class _LoopBackend:
 
     def _write(self, entries: list[Entry], marks: list[_Mark]) -> list[int]:
         ids: list[int] = []
+        entries, written = bounded_all(entries)
         for sql, values, rows in self.table.inserts(self.db, entries, returning=False):
             # Under the write lock, one statement's rows take consecutive ids
             # (AUTOINCREMENT: each is the largest id so far plus one), so the
@@ -463,10 +513,29 @@ class _LoopBackend:
         if marks:
             outcomes = [(mark.outcome, mark.entry_id) for mark in marks]
             self.connection.executemany(self.table.mark_sql, outcomes)
-        cutoff = self.cap.cutoff(len(ids), ids[-1] if ids else 0)
-        if cutoff:
-            self.connection.execute(self.table.prune_sql, (cutoff,))
+        if ids and self.cap.due(len(ids), written):
+            cutoff = self.table.cutoff(self.connection.cursor(), ids[-1])
+            if cutoff:
+                self.connection.execute(self.table.prune_sql, (cutoff,))
+                if not self.reclaiming:
+                    self.reclaiming = True
+                    self.loop.call_soon(self._reclaim)
         return ids
+
+    def _reclaim(self) -> None:
+        """Give up to ``RECLAIM_PAGES`` free pages back to the file system, and come back
+        for more while there are (each step a moment of the loop; see the module doc)."""
+        try:
+            self.connection.executescript(f"PRAGMA incremental_vacuum({self.RECLAIM_PAGES});")
+            free = self.connection.execute("PRAGMA freelist_count").fetchone()[0]
+        except sqlite3.OperationalError:  # the write lock is held elsewhere: later
+            free = 1
+        except sqlite3.ProgrammingError:  # the writer was closed
+            return
+        if free:
+            self.loop.call_later(self.RECLAIM_PAUSE_SECONDS, self._reclaim)
+        else:
+            self.reclaiming = False
 
     def _retry_later(self, exc: sqlite3.OperationalError) -> bool:
         """Whether the round waits for a write lock held elsewhere (up to the database timeout)."""
@@ -564,6 +633,11 @@ class _Table:
         outcome, ph = quote("outcome"), placeholder
         self.mark_sql = f"UPDATE {self.name} SET {outcome} = {ph} WHERE {self.pk} = {ph}"
         self.prune_sql = f"DELETE FROM {self.name} WHERE {self.pk} <= {ph}"
+        size = quote("size")
+        self.total_sql = f"SELECT COALESCE(SUM({size}), 0) FROM {self.name} WHERE {self.pk} > {ph}"
+        self.oldest_sql = (
+            f"SELECT {self.pk}, {size} FROM {self.name} WHERE {self.pk} > {ph} ORDER BY {self.pk}"
+        )
         self.names = ", ".join(quote(column) for column in self.columns.db_columns)
         self._inserts: dict[tuple[int, bool], str] = {}
 
@@ -595,6 +669,23 @@ class _Table:
                     else:
                         append(column.adapt(db, value))
             yield self._insert_sql(len(chunk), returning), values, len(chunk)
+
+    def cutoff(self, cursor: Any, newest_id: int) -> int:
+        """The id up to which entries go so that the newest ``STATIC_AGENTS_JOURNAL_MAX``
+        stay, taking at most ``STATIC_AGENTS_JOURNAL_MAX_BYTES``; 0: none go."""
+        cutoff = max(0, newest_id - settings.STATIC_AGENTS_JOURNAL_MAX)
+        cursor.execute(self.total_sql, [cutoff])
+        excess = int(cursor.fetchone()[0]) - settings.STATIC_AGENTS_JOURNAL_MAX_BYTES
+        if excess <= 0:
+            return cutoff
+        cursor.execute(self.oldest_sql, [cutoff])
+        # fetchmany, not iteration: leaving Django's cursor iterator early closes the cursor.
+        while excess > 0 and (rows := cursor.fetchmany(500)):
+            for pk, size in rows:
+                cutoff, excess = pk, excess - size
+                if excess <= 0:
+                    break
+        return cutoff
 
     def _insert_sql(self, rows: int, returning: bool) -> str:
         sql = self._inserts.get((rows, returning))

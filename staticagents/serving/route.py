@@ -330,7 +330,7 @@ class ReplyRoute:
         timer = pacer(self.loop)
         sent = await send_paced(
             frames,
-            sse_frames,
+            self.render_frames,
             self.send_chunk,
             finish=finish,
             entry_id=self.entry_id,
@@ -350,6 +350,10 @@ class ReplyRoute:
                 await self.end_stream()
             raise StreamFaulted(sent.kind)
         return sent
+
+    def render_frames(self, frames: list[TimedFrame]) -> bytes:
+        """The frames due together, as the bytes of one write."""
+        return sse_frames(frames)
 
     def closer(self, closing: bytes) -> Callable[[bytes], Awaitable[None]]:
         """A last write that ends the response with ``closing``."""

@@ -4,8 +4,8 @@ A stream is a sequence of ``TimedFrame`` (``core/timing.py``), each due some
 seconds after the stream starts. The sender waits for each on the loop's pacer
 (``serving/pacer.py``): the stream starts once the pacer lets it begin, offsets
 are absolute from that start (so drift never accumulates), and frames already
-due when the loop gets to them (a busy server) go out together in one write,
-so a late stream catches up at once. A stream that would outlast
+due when the loop gets to them (a busy server) go out together, up to
+``BATCH_FRAMES`` to a write, so a late stream catches up at once. A stream that would outlast
 ``STATIC_AGENTS_MAX_STREAM_SECONDS`` is cut off here, at that limit, and its
 journal entry marked ``cut_off``: the caller is told, and sends its dialect's
 own word on why the stream ended. A client that leaves stops a stream by
@@ -28,18 +28,21 @@ A ``Faulted`` tells the caller to end the response without its end marker.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from staticagents.conf import settings
-from staticagents.core.replies import Fault
+from staticagents.core.replies import Fault, Timing
 from staticagents.core.timing import TimedFrame
 from staticagents.core.values import value_class
 from staticagents.replying.journal import journal
 from staticagents.serving.pacer import Pacer, pacer
 
 Batch = TypeVar("Batch")  # what one write sends: bytes for SSE, messages for a WebSocket
+# Frames sent in one write at most, when more are due at once (a stream without delays).
+BATCH_FRAMES = 256
 
 
 @value_class
@@ -77,8 +80,14 @@ async def send_paced(
     the journal entry to mark when the stream is cut off or faulted; ``timer``
     the running loop's pacer, when the caller has it at hand; ``error_frame``
     the dialect's error frame for an ``error_event`` fault, due at a given offset.
-    ``paced=False`` says every frame is due at once: the stream is one write, as a
-    JSON reply is, and takes no place among the paced streams.
+    ``paced=False`` says every frame is due at once (``paced``): the stream takes no
+    place among the paced streams and goes out as fast as it is rendered.
+
+    ``frames`` is taken one frame at a time, as each comes due (the dialects'
+    renderers are generators), and at most ``BATCH_FRAMES`` go out in one
+    write, the loop serving its other work between two full ones: a stream of
+    a million frames due at once holds neither memory nor the loop (a short
+    one is still a single write).
     """
     timer = timer or pacer()
     clock = timer.loop.time
@@ -102,10 +111,7 @@ async def send_paced(
                 return CutOff(limit)
             if start + at > clock():
                 if due:
-                    batch = render(due)
-                    sending = timer.clock()
-                    await write(batch)
-                    timer.sent(sending)  # a send that waited for its client is not counted
+                    await _write_now(due, render, write, timer)
                     due = []
                 if start + at > clock():
                     await timer.until(start + at)
@@ -114,6 +120,10 @@ async def send_paced(
                     fault, frame, due, render, write, error_frame, entry_id, stall_until
                 )
             due.append(frame)
+            if len(due) >= BATCH_FRAMES:
+                await _write_now(due, render, write, timer)
+                due = []
+                await asyncio.sleep(0)  # the loop's other work comes first
         if fault is not None:
             return await _fail(fault, None, due, render, write, error_frame, entry_id, stall_until)
         if finish is not None:
@@ -123,9 +133,22 @@ async def send_paced(
         return None
 
 
-def paced(frames: Sequence[TimedFrame]) -> bool:
-    """Whether any of the frames is due after the stream's start (``send_paced``'s ``paced``)."""
-    return any(frame.at > 0 for frame in frames)
+def paced(timing: Timing) -> bool:
+    """Whether a stream on ``timing`` has frames due after its start (``send_paced``'s
+    ``paced``): told from the schedule, since the frames are rendered only as they go."""
+    return timing.first_delay_ms > 0 or timing.word_delay_ms > 0
+
+
+async def _write_now(
+    due: list[TimedFrame],
+    render: Callable[[list[TimedFrame]], Batch],
+    write: Callable[[Batch], Awaitable[None]],
+    timer: Pacer,
+) -> None:
+    batch = render(due)
+    sending = timer.clock()
+    await write(batch)
+    timer.sent(sending)  # a send that waited for its client is not counted
 
 
 async def _fail(
@@ -141,16 +164,19 @@ async def _fail(
     """Fail the stream as ``fault`` says, ``due`` still to send (see the module doc);
     ``following`` is the frame the stream would have sent next, None at its end."""
     at = following.at if following is not None else (due[-1].at if due else 0.0)
+    if due:
+        await write(render(due))  # first, so the last frame knows how many went before it
+    last = None
     if fault.kind == "malformed":
         whole = following.json() if following is not None else b'{"choices": [{"delta": {}}]}'
         event = following.event if following is not None else None
         # Cut in the middle of its JSON, never of a character: a WebSocket sends text.
         cut = whole[: max(1, len(whole) // 2)].decode("utf-8", "ignore").encode()
-        due.append(TimedFrame(at, cut, event))
+        last = TimedFrame(at, cut, event)
     elif fault.kind == "error_event" and error_frame is not None:
-        due.append(error_frame(at))
-    if due:
-        await write(render(due))
+        last = error_frame(at)
+    if last is not None:
+        await write(render([last]))
     await journal.mark(entry_id, "fault")
     if fault.kind == "stall":
         return await stall_until()

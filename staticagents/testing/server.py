@@ -85,6 +85,11 @@ class StaticAgentsServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The service's process id while it runs (one worker serves in this very process)."""
+        return self._process.pid if self._process is not None else None
+
     def client(self, session: str | None = None) -> StaticAgentsClient:
         """A client for this service's control API, on ``session`` (default: a new one)."""
         return StaticAgentsClient(self.url, token=self.token, session=session)

@@ -6,7 +6,7 @@ from typing import Any
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import compile_ruleset, match_inquiry
-from staticagents.core.replies import Fault, Step, Timing, build_reply, chaos_fault
+from staticagents.core.replies import Fault, Step, Timing, build_reply, chaos_fault, count_tokens
 from staticagents.core.timing import chunk_text, plan_stream
 
 
@@ -185,7 +185,7 @@ def test_stream_plan_sends_thinking_first_on_an_absolute_schedule() -> None:
             "stream": {"first_delay_ms": 100, "word_delay_ms": 10},
         }
     )
-    plan = plan_stream(reply)
+    plan = list(plan_stream(reply))
     assert [(p.kind, p.text) for p in plan] == [
         ("thinking", "hmm "),
         ("thinking", "ok"),
@@ -270,3 +270,11 @@ def test_chaos_in_the_defaults_reaches_every_response_without_its_own() -> None:
     assert fault("plain") == Fault(1, "stall")
     assert fault("own") is None
     assert fault("scripted") == Fault(4, "malformed")
+
+
+def test_tokens_are_counted_as_split_counts_them_across_slices() -> None:
+    """A long text is counted a slice at a time; words at the cuts count once."""
+    text = ("a bc\\tdé  fgh\\u3000ij\\n" * 20_000 + "x" * 100_000 + " y ") * 2
+    text = text.encode().decode("unicode_escape")
+    assert count_tokens(text) == len(text.split())
+    assert count_tokens("") == 0 and count_tokens("   ") == 0

@@ -3,7 +3,10 @@ paged, cleared and pruned by its cap."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -12,11 +15,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from django.db import connection
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.models import JournalEntry
 from staticagents.replying.answer import answer_inquiry
-from staticagents.replying.journal import prune_interval
+from staticagents.replying.journal import JournalWriter, prune_interval
 from tests.conftest import galaxy_query as ask
 
 LoadRules = Callable[[Any], dict[str, Any]]
@@ -282,3 +286,75 @@ def test_every_header_named_like_a_credential_is_masked_in_the_journal(
     assert recorded["x-trace"] == "kept"
     everything = control.get("/journal", params={"session": "named"}).text
     assert not [value for value in CREDENTIAL_HEADERS.values() if value.split()[-1] in everything]
+
+
+# -- bounded in bytes -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_entry_keeps_the_first_bytes_of_a_long_body_and_its_whole_length(
+    load_rules: LoadRules, settings: Any
+) -> None:
+    settings.STATIC_AGENTS_JOURNAL_BODY_BYTES = 10
+    load_rules(RULES)
+    answer_inquiry(Inquiry("héllo wörld, a long question"), route="/test", body="é" * 40)
+    entry = JournalEntry.objects.get()
+    assert entry.body == "é" * 5 and entry.body_bytes == 80  # cut between characters
+    assert entry.query == "héllo wö" and entry.size == 10 + 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_journal_is_pruned_to_its_byte_budget(load_rules: LoadRules, settings: Any) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX_BYTES = 1000
+    load_rules(RULES)
+    for n in range(30):
+        answer_inquiry(Inquiry(f"hello {n:02}"), route="/test", body="x" * 92)  # 100 bytes each
+    kept = list(JournalEntry.objects.order_by("id").values_list("query", flat=True))
+    assert kept == [f"hello {n:02}" for n in range(20, 30)]
+
+
+def test_a_journal_page_stops_at_its_byte_ceiling_and_leads_on_both_ways(
+    control: httpx.Client, live_url: str, load_rules: LoadRules, monkeypatch: Any
+) -> None:
+    from staticagents.control.views import JournalPagination
+
+    monkeypatch.setattr(JournalPagination, "PAGE_BYTES", 1000)
+    load_rules(RULES)
+    for n in range(7):
+        ask(live_url, f"question {n} " + "x" * 150)  # about 400 bytes of body and query each
+    first = journal(control, page_size=5)
+    assert [e["query"][:10] for e in first["results"]] == ["question 6", "question 5"]
+    assert all(e["body_truncated"] is False for e in first["results"])
+    second = control.get(first["next"]).json()
+    assert [e["query"][:10] for e in second["results"]] == ["question 4", "question 3"]
+    back = control.get(second["previous"]).json()
+    assert [e["query"][:10] for e in back["results"]] == ["question 6", "question 5"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pruning_gives_the_space_back_to_the_file_system(settings: Any) -> None:
+    """On the loop's writer (a SQLite file, auto_vacuum set by the migrations): 20 MB of
+    bodies, then a budget of 2 MB; the file shrinks back."""
+    name = connection.settings_dict["NAME"]
+    writer = JournalWriter()
+    entry = {"dialect": "openai", "route": "/t", "session": "s", "agent_type": "a"}
+
+    async def write(count: int) -> None:
+        for _ in range(count):
+            await writer.record({**entry, "outcome": "answered", "body": "x" * 1_000_000})
+        await asyncio.sleep(0.5)  # the free pages go back a few at a time
+
+    def file_size() -> int:
+        with sqlite3.connect(name) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return os.path.getsize(name)
+
+    try:
+        asyncio.run(write(20))
+        assert file_size() > 20_000_000
+        settings.STATIC_AGENTS_JOURNAL_MAX_BYTES = 2_000_000
+        asyncio.run(write(1))
+    finally:
+        writer.close()
+    assert JournalEntry.objects.count() == 2
+    assert file_size() < 5_000_000

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
+from staticagents.core.replies import Timing
 from staticagents.core.timing import TimedFrame
 from staticagents.models import JournalEntry
-from staticagents.serving.stream import CutOff, paced, send_paced
+from staticagents.serving.stream import BATCH_FRAMES, CutOff, paced, send_paced
 
 START = 1000.0  # the fake loop's clock when a test begins
 
@@ -120,12 +121,38 @@ async def test_a_stream_due_all_at_once_is_one_write_and_waits_for_no_place() ->
     pacer = FakePacer(begins_after=5.0)  # a paced stream would be held 5 s
     client = Client(pacer)
     frames = script(0.0, 0.0, 0.0)
-    assert not paced(frames) and paced(script(0.0, 0.01))
+    assert not paced(Timing()) and paced(Timing(word_delay_ms=10))
+    assert paced(Timing(first_delay_ms=1))
     stopped = await send_paced(
         frames, names, client.write, finish=client.finish, timer=pacer, paced=False
     )
     assert stopped is None
     assert client.writes == [] and client.finished == [(0.0, ["f0", "f0", "f0"])]
+    assert pacer.waited == []
+
+
+async def test_an_unpaced_stream_is_taken_lazily_and_written_a_bounded_batch_at_a_time() -> None:
+    pacer = FakePacer()
+    client = Client(pacer)
+    taken: list[int] = []
+    written_after: list[int] = []
+
+    def frames() -> Iterator[TimedFrame]:
+        for n in range(2 * BATCH_FRAMES + 10):
+            taken.append(n)
+            yield TimedFrame(0.0, f"f{n}")
+
+    async def write(batch: list[str]) -> None:
+        written_after.append(len(taken))
+        await client.write(batch)
+
+    stopped = await send_paced(
+        frames(), names, write, finish=client.finish, timer=pacer, paced=False
+    )
+    assert stopped is None
+    assert [len(batch) for _, batch in client.writes] == [BATCH_FRAMES, BATCH_FRAMES]
+    assert written_after == [BATCH_FRAMES, 2 * BATCH_FRAMES]  # nothing rendered ahead
+    assert [len(batch) for _, batch in client.finished] == [10]
     assert pacer.waited == []
 
 

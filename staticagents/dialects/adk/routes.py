@@ -26,7 +26,7 @@ from staticagents.dialects.adk.sessions import Run, StoredSession, start_run
 from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.serving import access
-from staticagents.serving.route import ReplyRoute, RequestRejected, sse, sse_frames
+from staticagents.serving.route import ReplyRoute, RequestRejected, sse
 from staticagents.serving.stream import paced
 
 DEFAULT_AGENT_TYPE = "router"
@@ -196,16 +196,18 @@ class RunSseRoute(RunRoute):
         run = await self.begin(body)
         events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
         self.fault, self.run_ids = run.answer.reply.fault, run.ids
-        if self.fault is None and not paced(events):
-            # Due all at once (no delays scripted): recorded first, then sent in one write.
-            await journal.run(adk_sessions.append_events_job(run.session_pk, [events[-1].data]))
+        if self.fault is None and not paced(run.answer.reply.timing):
+            # Due all at once (no delays scripted): recorded first, then sent unpaced,
+            # a short stream in one write.
+            final = adk.final_event(run.answer.reply, run.ids)
+            await journal.run(adk_sessions.append_events_job(run.session_pk, [final]))
             await self.start_sse(watch=False)
-            await self.end_stream(sse_frames(events))
+            await self.send_paced(events, closing=b"", paced=False)
             return
         await self.start_sse()
         stopped = await self.send_paced(events)
         if stopped is None:
-            await self.finish(run, events[-1].data)
+            await self.finish(run, adk.final_event(run.answer.reply, run.ids))
         else:
             cut_off = adk.cut_off_event(run.ids, stopped.limit)
             await self.finish(run, cut_off, sse(cut_off))

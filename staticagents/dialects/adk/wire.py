@@ -15,7 +15,7 @@ appended to the session.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from staticagents.core.replies import Reply, count_tokens
 from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
-from staticagents.core.timing import TimedFrame, plan_stream
+from staticagents.core.timing import Slots, TimedFrame, plan_stream
 from staticagents.dialects.llm.wire import SLOT, TextTemplate
 
 MODEL_VERSION = "static-agents"
@@ -359,30 +359,33 @@ def fault_event(ids: EventIds) -> dict[str, Any]:
     return error_event("UNAVAILABLE", "The model is overloaded: scripted stream fault", ids)
 
 
-def partial_events(reply: Reply, ids: EventIds) -> list[TimedFrame]:
+def partial_events(reply: Reply, ids: EventIds, slots: Slots | None = None) -> Iterator[TimedFrame]:
     """The streamed deltas, each at its offset in seconds from the stream's start."""
     if reply.error is not None:
-        return []
+        return
     # Partials differ only in their text: each kind is rendered once around the slot.
     templates = {
         "text": TextTemplate(partial_event(SLOT, ids)),
         "thinking": TextTemplate(partial_event(SLOT, ids, thought=True)),
     }
-    return [templates[piece.kind].at(piece.at, piece.text) for piece in plan_stream(reply)]
+    for piece in plan_stream(reply, slots):
+        yield templates[piece.kind].at(piece.at, piece.text)
 
 
-def sse_events(reply: Reply, ids: EventIds, *, streaming: bool) -> list[TimedFrame]:
-    """What ``/run_sse`` sends, timed: the partial deltas when streaming, then the final event.
+def sse_events(reply: Reply, ids: EventIds, *, streaming: bool) -> Iterator[TimedFrame]:
+    """What ``/run_sse`` sends, timed, rendered one by one as they are sent: the partial
+    deltas when streaming, then the final event (``final_event``).
 
     A streamed final event is due with the last delta, or after ``first_delay_ms``
     when nothing precedes it (a reply that only calls tools still takes that long).
     """
     final = final_event(reply, ids)
     if not streaming or reply.error is not None:
-        return [TimedFrame(0.0, final)]
-    partials = partial_events(reply, ids)
-    end = max([reply.timing.first_delay_ms / 1000, *(frame.at for frame in partials)])
-    return [*partials, TimedFrame(end, final)]
+        yield TimedFrame(0.0, final)
+        return
+    slots = Slots(reply.timing)
+    yield from partial_events(reply, ids, slots)
+    yield TimedFrame(slots.end, final)
 
 
 def partial_event(text: str, ids: EventIds, *, thought: bool = False) -> dict[str, Any]:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from staticagents.core.replies import Reply, ReplyError
-from staticagents.core.timing import TimedFrame, chunk_text, plan_stream, schedule
+from staticagents.core.timing import Slots, TimedFrame
 from staticagents.dialects.llm.wire import (
     DEFAULT_MODEL,
     SLOT,
@@ -34,7 +35,6 @@ from staticagents.dialects.llm.wire import (
     optional,
     required,
     required_int,
-    stream_end,
 )
 
 ROLES = ("user", "assistant")
@@ -176,55 +176,45 @@ def signature(thinking: str) -> str:
     return base64.b64encode(hashlib.sha256(thinking.encode()).digest()).decode()
 
 
-def stream_events(reply: Reply, envelope: Envelope) -> list[TimedFrame]:
-    """The named events of a streamed reply, each at its scripted time."""
+def stream_events(reply: Reply, envelope: Envelope) -> Iterator[TimedFrame]:
+    """The named events of a streamed reply, each at its scripted time, rendered one by
+    one as they are sent."""
     start = {
         **_message(envelope),
         "content": [],
         "stop_reason": None,
         "usage": usage_body(reply.usage.input_tokens, 0),
     }
-    events = [
-        _event(0.0, {"type": "message_start", "message": start}),
-        _event(0.0, {"type": "ping"}),
-    ]
-    events += _content_blocks(reply)
-    end = stream_end(events, reply.timing.first_delay_ms / 1000)
+    yield _event(0.0, {"type": "message_start", "message": start})
+    yield _event(0.0, {"type": "ping"})
+    slots = Slots(reply.timing)
+    yield from _content_blocks(reply, slots)
+    end = slots.end
     delta = {"stop_reason": STOP_REASONS[reply.finish_reason], "stop_sequence": None}
     usage = {"output_tokens": reply.usage.output_tokens}
-    events.append(_event(end, {"type": "message_delta", "delta": delta, "usage": usage}))
-    events.append(_event(end, {"type": "message_stop"}))
-    return events
+    yield _event(end, {"type": "message_delta", "delta": delta, "usage": usage})
+    yield _event(end, {"type": "message_stop"})
 
 
-def _content_blocks(reply: Reply) -> list[TimedFrame]:
+def _content_blocks(reply: Reply, slots: Slots) -> Iterator[TimedFrame]:
     """Thinking, text and tool-use blocks in order; tool input streams after the text."""
-    pieces = plan_stream(reply)
-    inputs = [chunk_text(arguments_json(c.arguments), reply.timing.chunk) for c in reply.tool_calls]
-    slots = len(pieces) + sum(1 + len(parts) for parts in inputs)
-    later = iter(list(schedule(slots, reply.timing))[len(pieces) :])
-    first = reply.timing.first_delay_ms / 1000
-    blocks = BlockWriter()
-    thinking = [(p.at, p.text) for p in pieces if p.kind == "thinking"]
-    if thinking:
-        closing = {"type": "signature_delta", "signature": signature(reply.thinking or "")}
-        blocks.add(
-            {"type": "thinking", "thinking": "", "signature": ""},
-            Deltas("thinking_delta", "thinking", thinking),
-            first,
-            closing,
-        )
+    blocks = Blocks()
+    if reply.thinking:
+        closing = {"type": "signature_delta", "signature": signature(reply.thinking)}
+        block: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = Deltas("thinking_delta", "thinking", slots.pieces(reply.thinking))
+        yield from blocks.block(block, deltas, slots.first, closing)
     if _has_text_block(reply):
-        text = [(p.at, p.text) for p in pieces if p.kind == "text"]
-        begin = stream_end(blocks.events, first)
-        blocks.add({"type": "text", "text": ""}, Deltas("text_delta", "text", text), begin)
-    for call, parts in zip(reply.tool_calls, inputs, strict=True):
-        begin = next(later)
-        json_deltas = Deltas("input_json_delta", "partial_json", [(next(later), p) for p in parts])
-        blocks.add(
-            {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}, json_deltas, begin
+        due = slots.end  # with the thinking's last piece, and never before the first delay
+        deltas = Deltas("text_delta", "text", slots.pieces(reply.content))
+        yield from blocks.block({"type": "text", "text": ""}, deltas, due)
+    for call in reply.tool_calls:
+        begin = slots.take()
+        json_deltas = Deltas(
+            "input_json_delta", "partial_json", slots.pieces(arguments_json(call.arguments))
         )
-    return blocks.events
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+        yield from blocks.block(block, json_deltas, begin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,37 +223,38 @@ class Deltas:
 
     type: str
     field: str
-    pieces: Sequence[tuple[float, str]]
+    pieces: Iterator[tuple[float, str]]
 
 
-class BlockWriter:
-    """Writes content blocks as start, deltas, stop events, numbering them as it goes."""
+class Blocks:
+    """Renders content blocks as start, deltas, stop events, numbering them as it goes."""
 
     def __init__(self) -> None:
-        self.events: list[TimedFrame] = []
         self.index = 0
 
-    def add(
+    def block(
         self,
         block: dict[str, Any],
         deltas: Deltas,
         due: float,
         closing: dict[str, Any] | None = None,
-    ) -> None:
+    ) -> Iterator[TimedFrame]:
+        """The block's events: it starts when due, or with its first piece if that is sooner."""
         pieces = deltas.pieces
-        begin = min([due, *(at for at, _ in pieces[:1])])
-        end = pieces[-1][0] if pieces else begin
-        index = self.index
-        self.events.append(
-            _event(begin, {"type": "content_block_start", "index": index, "content_block": block})
-        )
-        delta = {"type": deltas.type, deltas.field: SLOT}
-        template = TextTemplate(_delta_body(index, delta), "content_block_delta")
-        self.events += [template.at(at, piece) for at, piece in pieces]
+        first = next(pieces, None)
+        begin = due if first is None else min(due, first[0])
+        index, self.index = self.index, self.index + 1
+        yield _event(begin, {"type": "content_block_start", "index": index, "content_block": block})
+        end = begin
+        if first is not None:
+            template = TextTemplate(
+                _delta_body(index, {"type": deltas.type, deltas.field: SLOT}), "content_block_delta"
+            )
+            for end, piece in itertools.chain([first], pieces):
+                yield template.at(end, piece)
         if closing is not None:
-            self.events.append(_event(end, _delta_body(index, closing)))
-        self.events.append(_event(end, {"type": "content_block_stop", "index": index}))
-        self.index += 1
+            yield _event(end, _delta_body(index, closing))
+        yield _event(end, {"type": "content_block_stop", "index": index})
 
 
 def _delta_body(index: int, delta: dict[str, Any]) -> dict[str, Any]:

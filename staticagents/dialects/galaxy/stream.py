@@ -10,6 +10,7 @@ off there and still ends with one ``result`` (a 504 failure), then ``done``.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from django.urls import re_path
@@ -47,12 +48,14 @@ class GalaxyStreamRoute(GalaxyRoute):
             turn.answer.reply, agent_type=chat.agent_type, routed=chat.routed
         )
         self.fault = turn.answer.reply.fault
-        if self.fault is None and not paced(events):
-            # Due all at once (no delays scripted): saved first, then sent in one write.
+        if self.fault is None and not paced(turn.answer.reply.timing):
+            # Due all at once (no delays scripted): saved first, then sent unpaced,
+            # a short stream in one write.
             result = await chat_exchanges.afinish_chat_turn(turn)
-            await self.finish([*events, *galaxy.result_events(result)])
+            ending = galaxy.result_events(result)
+            await self.send_paced(itertools.chain(events, ending), closing=b"", paced=False)
             return
-        stopped = await self.send_paced(events, paced=True)
+        stopped = await self.send_paced(events)
         if stopped is not None:
             await self.finish(galaxy.cut_off_events(stopped.limit))
             return

@@ -14,7 +14,7 @@ answering service, and write what the renderers return.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Reply, ReplyError
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.core.timing import TimedFrame, plan_stream
+from staticagents.core.timing import Slots, TimedFrame, plan_stream
 from staticagents.dialects.llm.wire import SLOT, TextTemplate
 
 M = TypeVar("M", bound=BaseModel)
@@ -487,39 +487,33 @@ def progress(step: str, label: str, status: str, agent_type: str) -> dict[str, A
     return {"step": step, "label": label, "status": status, "agent_type": agent_type}
 
 
-def stream_events(reply: Reply, *, agent_type: str, routed: bool) -> list[TimedFrame]:
-    """Progress, then the reply's text as ``delta`` events on its schedule, then completion.
+def stream_events(reply: Reply, *, agent_type: str, routed: bool) -> Iterator[TimedFrame]:
+    """Progress, then the reply's text as ``delta`` events on its schedule, then completion,
+    rendered one by one as they are sent.
 
     Galaxy's client acts on ``progress`` and ``result`` and skips other events,
     so the deltas add live text without disturbing it. The ``result`` and
     ``done`` events follow once the exchange is saved (``result_events``).
     """
-    events: list[TimedFrame] = []
     if routed:
         label = f"Routed to the {agent_type} agent"
-        events.append(
-            TimedFrame(0.0, progress("routing", label, "completed", agent_type), "progress")
-        )
-    events.append(
-        TimedFrame(0.0, progress("responding", "Responding", "running", agent_type), "progress")
-    )
-    end = reply.timing.first_delay_ms / 1000
+        yield TimedFrame(0.0, progress("routing", label, "completed", agent_type), "progress")
+    yield TimedFrame(0.0, progress("responding", "Responding", "running", agent_type), "progress")
+    slots = Slots(reply.timing)
     # Deltas differ only in their text: each kind is rendered once around the slot.
     templates: dict[str, TextTemplate] = {}
-    for piece in plan_stream(reply):
+    for piece in plan_stream(reply, slots):
         template = templates.get(piece.kind)
         if template is None:
             delta = {"step": "responding", "kind": piece.kind, "content": SLOT}
             template = templates[piece.kind] = TextTemplate(
                 {**delta, "agent_type": agent_type}, "delta"
             )
-        events.append(template.at(piece.at, piece.text))
-        end = piece.at
+        yield template.at(piece.at, piece.text)
     status = "failed" if reply.error is not None else "completed"
-    events.append(
-        TimedFrame(end, progress("responding", "Responding", status, agent_type), "progress")
+    yield TimedFrame(
+        slots.end, progress("responding", "Responding", status, agent_type), "progress"
     )
-    return events
 
 
 def result_events(chat_response: Mapping[str, Any]) -> list[TimedFrame]:

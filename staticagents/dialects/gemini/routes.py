@@ -16,7 +16,7 @@ through to Google's 404 (``serving/fallback.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -151,7 +151,7 @@ class StreamGenerateContentRoute(GenerateContentRoute):
 
     async def send_chunks(
         self,
-        chunks: list[TimedFrame],
+        chunks: Iterable[TimedFrame],
         render: Callable[[list[TimedFrame]], bytes],
         closing: bytes,
     ) -> CutOff | None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any
 from urllib.parse import parse_qsl
 
 from staticagents.core.replies import Reply, ReplyError, ToolCall, count_tokens
-from staticagents.core.timing import TimedFrame, plan_stream, schedule
+from staticagents.core.timing import Piece, Slots, TimedFrame, plan_stream
 from staticagents.core.values import value_class
 from staticagents.dialects.llm.wire import (
     DEFAULT_MODEL,
@@ -344,34 +344,40 @@ def _response(
     }
 
 
-def stream_chunks(reply: Reply, envelope: Envelope, *, include_thoughts: bool) -> list[TimedFrame]:
-    """The chunks of ``streamGenerateContent``, each at its scripted time.
+def stream_chunks(
+    reply: Reply, envelope: Envelope, *, include_thoughts: bool
+) -> Iterator[TimedFrame]:
+    """The chunks of ``streamGenerateContent``, each at its scripted time, rendered one by
+    one as they are sent.
 
     Thought chunks (when asked for), text chunks, then one chunk with every
     function call; the last chunk carries the finish reason and the whole usage.
     Thinking that is not shown still takes its time before the text.
     """
-    planned = plan_stream(reply)
-    pieces = [p for p in planned if include_thoughts or p.kind != "thinking"]
-    if reply.tool_calls:  # due in the slot after the last piece
-        at = list(schedule(len(planned) + 1, reply.timing))[-1]
-        last = [function_call_part(call) for call in reply.tool_calls]
-    elif pieces:
-        *pieces, final = pieces
-        at, last = final.at, [_piece_part(final.kind, final.text)]
-    else:  # nothing to show: the finish alone, when the answer is over
-        at, last = max([reply.timing.first_delay_ms / 1000, *(p.at for p in planned)]), []
     partial = usage(reply, prompt_only=True)
     templates = {
         kind: TextTemplate(
             _response(envelope, _candidate([_piece_part(kind, SLOT)], None), partial)
         )
-        for kind in {p.kind for p in pieces}
+        for kind in ("thinking", "text")
     }
-    events = [templates[p.kind].at(p.at, p.text) for p in pieces]
+    slots = Slots(reply.timing)
+    held: Piece | None = None  # the last piece shown so far: the finish may carry it
+    for piece in plan_stream(reply, slots):
+        if include_thoughts or piece.kind != "thinking":
+            if held is not None:
+                yield templates[held.kind].at(held.at, held.text)
+            held = piece
+    if reply.tool_calls:  # due in the slot after the last piece
+        if held is not None:
+            yield templates[held.kind].at(held.at, held.text)
+        at, last = slots.take(), [function_call_part(call) for call in reply.tool_calls]
+    elif held is not None:
+        at, last = held.at, [_piece_part(held.kind, held.text)]
+    else:  # nothing to show: the finish alone, when the answer is over
+        at, last = slots.end, []
     finish = FINISH_REASONS.get(reply.finish_reason, "OTHER")
-    events.append(TimedFrame(at, _response(envelope, _candidate(last, finish), usage(reply))))
-    return events
+    yield TimedFrame(at, _response(envelope, _candidate(last, finish), usage(reply)))
 
 
 def _piece_part(kind: str, text: str) -> dict[str, Any]:

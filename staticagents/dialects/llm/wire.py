@@ -184,8 +184,3 @@ class TextTemplate:
 def arguments_json(arguments: Mapping[str, Any]) -> str:
     """A tool call's arguments as JSON text; spaced, so word chunks split it into fragments."""
     return json.dumps(arguments, ensure_ascii=False)
-
-
-def stream_end(events: Sequence[TimedFrame], first_delay: float) -> float:
-    """When the closing events are due: with the last chunk, and never before the first delay."""
-    return max([first_delay, *(e.at for e in events)])

@@ -11,11 +11,11 @@ carrying pieces of its arguments.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from staticagents.core.replies import Reply, ReplyError, ToolCall
-from staticagents.core.timing import TimedFrame, chunk_text, plan_stream, schedule
+from staticagents.core.timing import Slots, TimedFrame, iter_chunks, plan_stream
 from staticagents.dialects.llm.wire import (
     DEFAULT_MODEL,
     SLOT,
@@ -29,7 +29,6 @@ from staticagents.dialects.llm.wire import (
     objects,
     optional,
     required,
-    stream_end,
 )
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -171,20 +170,14 @@ def completion_body(reply: Reply, envelope: Envelope) -> dict[str, Any]:
     }
 
 
-def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> list[TimedFrame]:
-    """The ``chat.completion.chunk`` events of a streamed reply, each at its scripted time.
+def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> Iterator[TimedFrame]:
+    """The ``chat.completion.chunk`` events of a streamed reply, each at its scripted time,
+    rendered one by one as they are sent.
 
     The role comes at once; thinking, then content, then tool-call fragments
     follow on the reply's schedule; the finish (and usage) chunk closes it.
     ``DONE`` is sent after these by the route.
     """
-    pieces = plan_stream(reply)
-    fragments = [
-        f
-        for index, call in enumerate(reply.tool_calls)
-        for f in _tool_call_fragments(index, call, reply.timing.chunk)
-    ]
-    later = list(schedule(len(pieces) + len(fragments), reply.timing))[len(pieces) :]
 
     def chunk(at: float, delta: dict[str, Any], finish: str | None = None) -> TimedFrame:
         return TimedFrame(at, _chunk(envelope, delta, finish, include_usage))
@@ -193,15 +186,18 @@ def stream_events(reply: Reply, envelope: Envelope, *, include_usage: bool) -> l
         return TextTemplate(_chunk(envelope, {key: SLOT}, None, include_usage))
 
     content, thinking = text("content"), text("reasoning_content")
-    events = [chunk(0.0, {"role": "assistant", "content": ""})]
-    events += [(thinking if p.kind == "thinking" else content).at(p.at, p.text) for p in pieces]
-    events += [chunk(at, {"tool_calls": [f]}) for at, f in zip(later, fragments, strict=True)]
-    end = stream_end(events, reply.timing.first_delay_ms / 1000)
-    events.append(chunk(end, {}, FINISH_REASONS[reply.finish_reason]))
+    slots = Slots(reply.timing)
+    yield chunk(0.0, {"role": "assistant", "content": ""})
+    for p in plan_stream(reply, slots):
+        yield (thinking if p.kind == "thinking" else content).at(p.at, p.text)
+    for index, call in enumerate(reply.tool_calls):
+        for fragment in _tool_call_fragments(index, call, reply.timing.chunk):
+            yield chunk(slots.take(), {"tool_calls": [fragment]})
+    end = slots.end
+    yield chunk(end, {}, FINISH_REASONS[reply.finish_reason])
     if include_usage:
         usage_chunk = {**_identity(envelope, "chat.completion.chunk"), "choices": []}
-        events.append(TimedFrame(end, {**usage_chunk, "usage": usage_body(reply)}))
-    return events
+        yield TimedFrame(end, {**usage_chunk, "usage": usage_body(reply)})
 
 
 def _chunk(
@@ -216,7 +212,7 @@ def _chunk(
     return chunk
 
 
-def _tool_call_fragments(index: int, call: ToolCall, chunk: str | int) -> list[dict[str, Any]]:
+def _tool_call_fragments(index: int, call: ToolCall, chunk: str | int) -> Iterator[dict[str, Any]]:
     """The first fragment names the call; the others carry its arguments, piece by piece."""
     first = {
         "index": index,
@@ -224,8 +220,9 @@ def _tool_call_fragments(index: int, call: ToolCall, chunk: str | int) -> list[d
         "type": "function",
         "function": {"name": call.name, "arguments": ""},
     }
-    pieces = chunk_text(arguments_json(call.arguments), chunk)
-    return [first, *({"index": index, "function": {"arguments": p}} for p in pieces)]
+    yield first
+    for piece in iter_chunks(arguments_json(call.arguments), chunk):
+        yield {"index": index, "function": {"arguments": piece}}
 
 
 def _tool_call(call: ToolCall) -> dict[str, Any]:

@@ -8,7 +8,7 @@ before its first byte leaves, so a follow-up naming it as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -47,7 +47,7 @@ class ResponsesApiRoute(ModelReplyRoute):
 class ResponsesRoute(ResponsesApiRoute):
     """``POST /v1/responses``: a response object, or its typed events."""
 
-    frames: Sequence[TimedFrame] = ()  # the stream being sent
+    sent = 0  # the events of the stream sent so far
 
     async def respond(self, body: bytes) -> None:
         self.require_method("POST")
@@ -95,7 +95,7 @@ class ResponsesRoute(ResponsesApiRoute):
 
     async def stream_response(
         self,
-        frames: Sequence[TimedFrame],
+        frames: Iterable[TimedFrame],
         envelope: Envelope,
         request: ResponsesRequest,
         headers: Sequence[tuple[bytes, bytes]],
@@ -103,7 +103,6 @@ class ResponsesRoute(ResponsesApiRoute):
         """Send the typed events on their schedule. A stream the maximum duration cuts
         off ends with ``response.failed``; one that a scripted fault fails ends as the
         fault says (``serving/stream.py``). Either way the stored response is failed."""
-        self.frames = frames
         await self.start_sse(headers)
         try:
             stopped = await self.send_paced(frames, closing=b"")
@@ -112,23 +111,16 @@ class ResponsesRoute(ResponsesApiRoute):
             raise
         if stopped is not None:
             message = responses.cut_off_message(stopped.limit)
-            frame = await self.record_failure(
-                envelope, request, message, self.sent_before(stopped.limit)
-            )
+            frame = await self.record_failure(envelope, request, message, self.sent)
             await self.end_stream(sse_frames([frame]))
 
-    def sent_before(self, limit: float) -> int:
-        """How many of the frames the paced sender sent before it stopped at ``limit``:
-        those due by then, or, a stalling fault, those before the stall."""
-        sent = sum(1 for frame in self.frames if frame.at <= limit)
-        if self.fault is not None:
-            sent = min(sent, self.fault.after_chunks)
-        return sent
+    def render_frames(self, frames: list[TimedFrame]) -> bytes:
+        self.sent += len(frames)
+        return sse_frames(frames)
 
     def fault_frame(self, at: float) -> TimedFrame:
         """An ``error_event`` fault: the stream's ``error`` event, numbered after those sent."""
-        sent = len(self.frames) if self.fault is None else self.fault.after_chunks
-        return responses.error_event(at, responses.FAULT_MESSAGE, min(sent, len(self.frames)))
+        return responses.error_event(at, responses.FAULT_MESSAGE, self.sent)
 
     async def record_failure(
         self, envelope: Envelope, request: ResponsesRequest, message: str, sequence: int = 0

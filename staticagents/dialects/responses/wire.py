@@ -19,11 +19,12 @@ numbered by ``sequence_number``. A reply cut short (``length``,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from staticagents.core.replies import Reply, ToolCall
-from staticagents.core.timing import TimedFrame, chunk_text, plan_stream, schedule
+from staticagents.core.timing import Slots, TimedFrame
 from staticagents.core.values import value_class
 from staticagents.dialects.llm.wire import (
     SLOT,
@@ -37,7 +38,6 @@ from staticagents.dialects.llm.wire import (
     objects,
     optional,
     required,
-    stream_end,
     type_name,
 )
 
@@ -381,108 +381,134 @@ def usage_body(reply: Reply) -> dict[str, Any]:
 # -- streams ----------------------------------------------------------------------------
 
 
-def stream_events(reply: Reply, envelope: Envelope, request: ResponsesRequest) -> list[TimedFrame]:
-    """The typed events of a streamed reply, each at its scripted time, numbered in order.
+def stream_events(
+    reply: Reply, envelope: Envelope, request: ResponsesRequest
+) -> Iterator[TimedFrame]:
+    """The typed events of a streamed reply, each at its scripted time, numbered in order,
+    rendered one by one as they are sent.
 
     Thinking and text stream on the reply's schedule; each tool call's item
     and argument pieces follow on the later slots, as in a chat stream.
     """
-    pieces = plan_stream(reply)
-    arguments = [
-        chunk_text(arguments_json(c.arguments), reply.timing.chunk) for c in reply.tool_calls
-    ]
-    slots = len(pieces) + sum(1 + len(parts) for parts in arguments)
-    later = iter(list(schedule(slots, reply.timing))[len(pieces) :])
-    first = reply.timing.first_delay_ms / 1000
+    return numbered(_events(reply, envelope, request))
+
+
+def _events(reply: Reply, envelope: Envelope, request: ResponsesRequest) -> Iterator[TimedFrame]:
+    slots = Slots(reply.timing)
     ids = ItemIds(envelope.id)
     opening = _response(envelope, request, "in_progress")
     events = EventWriter()
-    events.add(0.0, {"type": "response.created", "response": opening})
-    events.add(0.0, {"type": "response.in_progress", "response": opening})
-    thinking = [(p.at, p.text) for p in pieces if p.kind == "thinking"]
-    if thinking:
-        events.reasoning(ids.reasoning, reply.thinking or "", thinking)
+    yield events.event(0.0, {"type": "response.created", "response": opening})
+    yield events.event(0.0, {"type": "response.in_progress", "response": opening})
+    if reply.thinking:
+        yield from events.reasoning(ids.reasoning, reply.thinking, slots.pieces(reply.thinking))
     if _has_message(reply):
-        text = [(p.at, p.text) for p in pieces if p.kind == "text"]
-        due = stream_end(events.events, first)
-        events.message(ids.message, reply.content, _message_status(reply), text, due)
-    for index, (call, parts) in enumerate(zip(reply.tool_calls, arguments, strict=True)):
-        begin = next(later)
-        events.function_call(ids.call(index), call, begin, [(next(later), p) for p in parts])
+        due = slots.end  # with the thinking's last piece, and never before the first delay
+        pieces = slots.pieces(reply.content)
+        yield from events.message(ids.message, reply.content, _message_status(reply), pieces, due)
+    for index, call in enumerate(reply.tool_calls):
+        begin = slots.take()
+        pieces = slots.pieces(arguments_json(call.arguments))
+        yield from events.function_call(ids.call(index), call, begin, pieces)
     final = response_body(reply, envelope, request)
     kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    events.add(stream_end(events.events, first), {"type": kind, "response": final})
-    return events.numbered()
+    yield events.event(slots.end, {"type": kind, "response": final})
+
+
+Pieces = Iterator[tuple[float, str]]
 
 
 class EventWriter:
-    """Writes the events of each output item in order, counting the items as it goes."""
+    """Renders the events of each output item in order, counting the items as it goes."""
 
     def __init__(self) -> None:
-        self.events: list[TimedFrame] = []
         self.index = 0  # the output index of the next item
 
-    def add(self, at: float, payload: dict[str, Any]) -> None:
-        self.events.append(TimedFrame(at, payload, payload["type"]))
+    @staticmethod
+    def event(at: float, payload: dict[str, Any]) -> TimedFrame:
+        return TimedFrame(at, payload, payload["type"])
 
-    def deltas(self, payload: dict[str, Any], pieces: Sequence[tuple[float, str]]) -> None:
+    @staticmethod
+    def deltas(
+        payload: dict[str, Any], first: tuple[float, str], pieces: Pieces
+    ) -> Iterator[TimedFrame]:
+        """The delta events of ``first`` and the ``pieces`` after it."""
         template = TextTemplate(payload, payload["type"])
-        self.events += [template.at(at, piece) for at, piece in pieces]
+        for at, piece in itertools.chain([first], pieces):
+            yield template.at(at, piece)
 
-    def item(self, at: float, added: dict[str, Any]) -> dict[str, Any]:
-        """Open an output item; returns the fields its events name it by."""
+    def item(self, at: float, added: dict[str, Any]) -> tuple[TimedFrame, dict[str, Any]]:
+        """Open an output item: its event, and the fields its events name it by."""
         where = {"item_id": added["id"], "output_index": self.index}
-        self.add(
-            at, {"type": "response.output_item.added", "output_index": self.index, "item": added}
-        )
-        return where
+        payload = {"type": "response.output_item.added", "output_index": self.index, "item": added}
+        return self.event(at, payload), where
 
-    def done(self, at: float, item: dict[str, Any]) -> None:
-        self.add(
-            at, {"type": "response.output_item.done", "output_index": self.index, "item": item}
-        )
+    def done(self, at: float, item: dict[str, Any]) -> TimedFrame:
+        payload = {"type": "response.output_item.done", "output_index": self.index, "item": item}
         self.index += 1
+        return self.event(at, payload)
 
-    def reasoning(self, item_id: str, thinking: str, pieces: Sequence[tuple[float, str]]) -> None:
-        begin, end = pieces[0][0], pieces[-1][0]
-        where = {**self.item(begin, _reasoning(item_id, "", "in_progress")), "summary_index": 0}
+    def reasoning(self, item_id: str, thinking: str, pieces: Pieces) -> Iterator[TimedFrame]:
+        first = next(pieces)  # a thinking text has at least one piece
+        begin = end = first[0]
+        added, where = self.item(begin, _reasoning(item_id, "", "in_progress"))
+        where = {**where, "summary_index": 0}
         part = {"type": "summary_text", "text": ""}
-        self.add(begin, {"type": "response.reasoning_summary_part.added", **where, "part": part})
-        self.deltas(
-            {"type": "response.reasoning_summary_text.delta", **where, "delta": SLOT}, pieces
+        yield added
+        yield self.event(
+            begin, {"type": "response.reasoning_summary_part.added", **where, "part": part}
         )
-        self.add(end, {"type": "response.reasoning_summary_text.done", **where, "text": thinking})
+        delta = {"type": "response.reasoning_summary_text.delta", **where, "delta": SLOT}
+        for frame in self.deltas(delta, first, pieces):
+            yield frame
+            end = frame.at
+        yield self.event(
+            end, {"type": "response.reasoning_summary_text.done", **where, "text": thinking}
+        )
         done = {**part, "text": thinking}
-        self.add(end, {"type": "response.reasoning_summary_part.done", **where, "part": done})
-        self.done(end, _reasoning(item_id, thinking, "completed"))
+        yield self.event(
+            end, {"type": "response.reasoning_summary_part.done", **where, "part": done}
+        )
+        yield self.done(end, _reasoning(item_id, thinking, "completed"))
 
     def message(
-        self,
-        item_id: str,
-        text: str,
-        status: str,
-        pieces: Sequence[tuple[float, str]],
-        due: float,
-    ) -> None:
-        begin = min([due, *(at for at, _ in pieces[:1])])
-        end = pieces[-1][0] if pieces else begin
-        where = {**self.item(begin, _message(item_id, [], "in_progress")), "content_index": 0}
-        self.add(begin, {"type": "response.content_part.added", **where, "part": _text_part("")})
-        delta = {"type": "response.output_text.delta", **where, "delta": SLOT, "logprobs": []}
-        self.deltas(delta, pieces)
-        self.add(end, {"type": "response.output_text.done", **where, "text": text, "logprobs": []})
-        self.add(end, {"type": "response.content_part.done", **where, "part": _text_part(text)})
-        self.done(end, _message(item_id, [_text_part(text)], status))
+        self, item_id: str, text: str, status: str, pieces: Pieces, due: float
+    ) -> Iterator[TimedFrame]:
+        first = next(pieces, None)
+        begin = end = due if first is None else min(due, first[0])
+        added, where = self.item(begin, _message(item_id, [], "in_progress"))
+        where = {**where, "content_index": 0}
+        yield added
+        yield self.event(
+            begin, {"type": "response.content_part.added", **where, "part": _text_part("")}
+        )
+        if first is not None:
+            delta = {"type": "response.output_text.delta", **where, "delta": SLOT, "logprobs": []}
+            for frame in self.deltas(delta, first, pieces):
+                yield frame
+                end = frame.at
+        yield self.event(
+            end, {"type": "response.output_text.done", **where, "text": text, "logprobs": []}
+        )
+        yield self.event(
+            end, {"type": "response.content_part.done", **where, "part": _text_part(text)}
+        )
+        yield self.done(end, _message(item_id, [_text_part(text)], status))
 
     def function_call(
-        self, item_id: str, call: ToolCall, begin: float, pieces: Sequence[tuple[float, str]]
-    ) -> None:
-        end = pieces[-1][0] if pieces else begin
-        where = self.item(begin, _function_call(item_id, call, "in_progress", arguments=""))
-        delta = {"type": "response.function_call_arguments.delta", **where, "delta": SLOT}
-        self.deltas(delta, pieces)
+        self, item_id: str, call: ToolCall, begin: float, pieces: Pieces
+    ) -> Iterator[TimedFrame]:
+        end = begin
+        added, where = self.item(begin, _function_call(item_id, call, "in_progress", arguments=""))
+        yield added
+        first = next(pieces, None)
+        if first is not None:
+            delta = {"type": "response.function_call_arguments.delta", **where, "delta": SLOT}
+            for frame in self.deltas(delta, first, pieces):
+                yield frame
+                end = frame.at
         arguments = arguments_json(call.arguments)
-        self.add(
+        yield self.event(
             end,
             {
                 "type": "response.function_call_arguments.done",
@@ -491,13 +517,10 @@ class EventWriter:
                 "arguments": arguments,
             },
         )
-        self.done(end, _function_call(item_id, call, "completed"))
-
-    def numbered(self) -> list[TimedFrame]:
-        return list(numbered(self.events))
+        yield self.done(end, _function_call(item_id, call, "completed"))
 
 
-def numbered(events: Sequence[TimedFrame], start: int = 0) -> Iterator[TimedFrame]:
+def numbered(events: Iterable[TimedFrame], start: int = 0) -> Iterator[TimedFrame]:
     """The events with their ``sequence_number``, counted from ``start``.
 
     A delta rendered from a template (bytes: a JSON object, so it ends with

@@ -2,8 +2,13 @@
 
 One connection carries any number of inquiries, answered one after another in
 the order they arrive: a message sent while a reply is still streaming waits in
-a queue (at most ``QUEUE_LIMIT``; beyond that it is refused at once with an
-``error`` event) and is answered after the current reply's ``done``. Every
+a queue (at most ``QUEUE_LIMIT`` messages and ``STATIC_AGENTS_MAX_BODY_BYTES``
+in all; beyond that it is refused at once with an ``error`` event, status 429)
+and is answered after the current reply's ``done``. A message longer than
+``STATIC_AGENTS_MAX_BODY_BYTES`` is neither answered nor journaled: ``serve``
+has the protocol refuse it from its frame's header, unread, closing the socket
+(code 1009); under a server that lets it through, it is refused on arrival with
+an ``error`` event (status 413) and the socket stays open. Every
 event of a reply is sent at its scripted offset from the start of that reply's
 stream, by the paced sender that the SSE routes use too (``serving/stream.py``),
 so late sends never push later ones back; each event is one text message. A
@@ -24,13 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.urls import path, re_path
 
+from staticagents.conf import settings
 from staticagents.core.inquiry import session_key
 from staticagents.core.replies import Fault
 from staticagents.core.timing import TimedFrame
@@ -50,7 +56,7 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_FAULT = 1011  # a scripted ``disconnect`` fault: the server gave up midway
 
-Frame = tuple[str | None, bytes | None]
+Frame = tuple[str | None, bytes | None, int]  # a message's text or bytes, and its size
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
@@ -59,6 +65,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.inbox: asyncio.Queue[Frame] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self.queued_bytes = 0  # of the messages in the inbox
         self.turns: dict[str, int] = {}
         self.entry_id: int | None = None  # the journal entry of the reply now streaming
         self.worker: asyncio.Future[None] | None = None  # set once the handshake is admitted
@@ -75,15 +82,22 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.worker is None:
             return  # refused at the handshake: the socket is closing
-        try:
-            self.inbox.put_nowait((text_data, bytes_data))
-        except asyncio.QueueFull:
-            message = f"{QUEUE_LIMIT} inquiries are already waiting: send more after a done event"
+        size, limit = message_size(text_data, bytes_data), settings.STATIC_AGENTS_MAX_BODY_BYTES
+        if size > limit:
+            message = f"message exceeds {limit} bytes (STATIC_AGENTS_MAX_BODY_BYTES)"
+            await self.send_event(dialect.error_event("request_too_large", message, 413))
+            return
+        if self.inbox.full() or (self.queued_bytes and self.queued_bytes + size > limit):
+            message = "too many inquiries are already waiting: send more after a done event"
             await self.send_event(dialect.error_event("busy", message, 429))
+            return
+        self.queued_bytes += size
+        self.inbox.put_nowait((text_data, bytes_data, size))
 
     async def disconnect(self, code: int) -> None:
         if self.worker is not None:
             self.worker.cancel()
+            self.inbox = asyncio.Queue()  # what still waited is let go at once
         streaming, self.entry_id = self.entry_id, None
         await journal.mark(streaming, "cancelled")
 
@@ -94,7 +108,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def work(self) -> None:
         while True:
-            text, data = await self.inbox.get()
+            text, data, size = await self.inbox.get()
+            self.queued_bytes -= size
             try:
                 await self.answer(text, data)
             except Exception:
@@ -122,10 +137,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         answer: Answer = await aanswer_inquiry(inquiry, route=self.scope["path"], body=body)
         self.entry_id = answer.entry_id
         events = dialect.stream_events(answer.reply, session=session, request_id=message.request_id)
-        await self.stream(events, message.request_id, answer.reply.fault)
+        timed = paced(answer.reply.timing)
+        await self.stream(events, message.request_id, answer.reply.fault, paced=timed)
 
     async def stream(
-        self, events: Sequence[TimedFrame], request_id: str | int | None, fault: Fault | None
+        self,
+        events: Iterable[TimedFrame],
+        request_id: str | int | None,
+        fault: Fault | None,
+        *,
+        paced: bool = True,
     ) -> None:
         """Send the events on their schedule (``serving/stream.py``); a stream that the
         maximum duration cuts off ends with an ``error`` event naming the limit.
@@ -144,7 +165,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             entry_id=self.entry_id,
             fault=fault,
             error_frame=fault_frame,
-            paced=paced(events),
+            paced=paced,
         )
         if isinstance(stopped, Faulted):
             if stopped.kind == "disconnect":
@@ -164,6 +185,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
 def handshake_headers(scope: dict[str, Any]) -> dict[str, str]:
     """The handshake's headers, names lower-cased."""
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def message_size(text: str | None, data: bytes | None) -> int:
+    """A message's length in bytes (UTF-8, as it came), counted without copying ASCII text."""
+    if text is None:
+        return len(data or b"")
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def messages(frames: list[TimedFrame]) -> list[str]:

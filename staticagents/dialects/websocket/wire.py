@@ -24,7 +24,7 @@ cut off at the maximum duration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.replies import Reply
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.core.timing import TimedFrame, plan_stream
+from staticagents.core.timing import Slots, TimedFrame, plan_stream
 from staticagents.dialects.galaxy.wire import render_agent_response
 from staticagents.dialects.llm.wire import SLOT, TextTemplate
 from staticagents.document.schema import pydantic_errors
@@ -103,24 +103,27 @@ def build_inquiry(
 
 def stream_events(
     reply: Reply, *, session: str, request_id: str | int | None = None
-) -> list[TimedFrame]:
-    """Every event of a reply, timed on the reply's script; one error event for an error."""
+) -> Iterator[TimedFrame]:
+    """Every event of a reply, timed on the reply's script, rendered one by one as they are
+    sent; one error event for an error."""
     if reply.error is not None:
         error = reply.error
-        return [TimedFrame(0.0, error_event(error.type, error.message, error.status, request_id))]
-    pieces = plan_stream(reply)
+        yield TimedFrame(0.0, error_event(error.type, error.message, error.status, request_id))
+        return
     # Deltas differ only in their text: each kind is rendered once around the slot.
     templates = {
         kind: TextTemplate(tagged({"type": name, "text": SLOT}, request_id))
         for kind, name in (("text", "delta"), ("thinking", "thinking"))
     }
-    events = [templates[piece.kind].at(piece.at, piece.text) for piece in pieces]
-    end = pieces[-1].at if pieces else reply.timing.first_delay_ms / 1000
+    slots = Slots(reply.timing)
+    for piece in plan_stream(reply, slots):
+        yield templates[piece.kind].at(piece.at, piece.text)
     closing = [
         tool_call_event(call.id, call.name, dict(call.arguments)) for call in reply.tool_calls
     ]
     closing += [result_event(reply, session), {"type": "done"}]
-    return events + [TimedFrame(end, tagged(event, request_id)) for event in closing]
+    for event in closing:
+        yield TimedFrame(slots.end, tagged(event, request_id))
 
 
 def tool_call_event(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -192,6 +192,11 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
         # X-Forwarded-* rewriting costs every request a middleware layer; a
         # deployment behind a proxy turns it on with --proxy-headers.
         proxy_headers=options["proxy_headers"],
+        # A WebSocket message over the body limit is refused from its frame's header,
+        # before it is read (close code 1009, "message too big"); uncompressed, since a
+        # compressed frame is only known too big once inflated that far.
+        ws_max_size=settings.STATIC_AGENTS_MAX_BODY_BYTES,
+        ws_per_message_deflate=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     try:

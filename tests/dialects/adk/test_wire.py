@@ -206,14 +206,14 @@ def test_a_scripted_error_is_an_error_code_event() -> None:
     assert event["errorMessage"] == "slow down"
     assert event["customMetadata"]["error_status"] == 429
     assert "content" not in event and "finishReason" not in event
-    assert adk.partial_events(reply, IDS) == []
+    assert list(adk.partial_events(reply, IDS)) == []
 
 
 def test_partial_events_carry_the_deltas_at_their_scripted_offsets() -> None:
     reply = reply_for(
         {"thinking": "a b", "content": "c d", "stream": {"first_delay_ms": 10, "word_delay_ms": 5}}
     )
-    partials = adk.partial_events(reply, IDS)
+    partials = list(adk.partial_events(reply, IDS))
     assert [frame.at for frame in partials] == pytest.approx([0.010, 0.015, 0.020, 0.025])
     assert [frame.payload["content"]["parts"] for frame in partials] == [
         [{"text": "a ", "thought": True}],
@@ -243,8 +243,8 @@ def test_a_cut_off_stream_ends_with_an_error_event() -> None:
 def test_run_sse_sends_the_final_event_alone_unless_streaming() -> None:
     reply = reply_for({"content": "a b", "stream": {"word_delay_ms": 5}})
     final = TimedFrame(0.0, adk.final_event(reply, IDS))
-    assert adk.sse_events(reply, IDS, streaming=False) == [final]
-    streamed = adk.sse_events(reply, IDS, streaming=True)
+    assert list(adk.sse_events(reply, IDS, streaming=False)) == [final]
+    streamed = list(adk.sse_events(reply, IDS, streaming=True))
     assert [(frame.at, "partial" in frame.payload) for frame in streamed] == [
         (0.0, True),
         (pytest.approx(0.005), True),

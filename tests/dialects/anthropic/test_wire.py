@@ -186,7 +186,7 @@ def test_blocks_open_and_close_around_their_deltas_on_the_schedule() -> None:
         tool_calls=(ToolCall("toolu_1", "f", {}),),
         timing=Timing(first_delay_ms=100, word_delay_ms=10),
     )
-    events = stream_events(reply, Envelope("msg_1", 0, "claude"))
+    events = list(stream_events(reply, Envelope("msg_1", 0, "claude")))
     timeline = [(round(e.at, 3), e.event, e.payload.get("index")) for e in events]
     assert timeline == [
         (0.0, "message_start", None),

@@ -227,7 +227,7 @@ def test_exchange_messages_split_each_turn_into_user_and_assistant_entries() -> 
 
 def test_a_stream_sends_progress_then_the_text_on_its_schedule() -> None:
     timed = reply(content="one two three", timing=Timing(first_delay_ms=100, word_delay_ms=50))
-    events = galaxy.stream_events(timed, agent_type="router", routed=True)
+    events = list(galaxy.stream_events(timed, agent_type="router", routed=True))
     assert [(e.event, e.payload.get("step"), e.payload.get("status")) for e in events] == [
         ("progress", "routing", "completed"),
         ("progress", "responding", "running"),
@@ -244,7 +244,7 @@ def test_a_stream_sends_progress_then_the_text_on_its_schedule() -> None:
 
 def test_a_failing_reply_ends_its_progress_as_failed() -> None:
     failed = reply(content="", error=ReplyError(500, "api_error", "boom"))
-    events = galaxy.stream_events(failed, agent_type="router", routed=False)
+    events = list(galaxy.stream_events(failed, agent_type="router", routed=False))
     assert events[-1].data["status"] == "failed"
     assert all(e.data["step"] != "routing" for e in events)
 

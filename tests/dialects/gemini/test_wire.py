@@ -264,7 +264,7 @@ def payloads(chunks: list[Any]) -> list[dict[str, Any]]:
 
 def test_a_stream_sends_text_chunks_on_schedule_and_finishes_on_the_last() -> None:
     timed = reply(content="one two three", timing=Timing(first_delay_ms=100, word_delay_ms=10))
-    chunks = gemini.stream_chunks(timed, ENVELOPE, include_thoughts=False)
+    chunks = list(gemini.stream_chunks(timed, ENVELOPE, include_thoughts=False))
     assert [chunk.at for chunk in chunks] == pytest.approx([0.1, 0.11, 0.12])
     bodies = payloads(chunks)
     assert [b["candidates"][0]["content"]["parts"] for b in bodies] == [
@@ -284,7 +284,7 @@ def test_a_stream_sends_text_chunks_on_schedule_and_finishes_on_the_last() -> No
 
 def test_hidden_thinking_still_takes_its_time_and_shown_thinking_streams_first() -> None:
     thoughtful = reply(thinking="hmm well", content="yes", timing=Timing(word_delay_ms=10))
-    hidden = gemini.stream_chunks(thoughtful, ENVELOPE, include_thoughts=False)
+    hidden = list(gemini.stream_chunks(thoughtful, ENVELOPE, include_thoughts=False))
     assert [c.at for c in hidden] == pytest.approx([0.02])
     shown = payloads(gemini.stream_chunks(thoughtful, ENVELOPE, include_thoughts=True))
     assert [b["candidates"][0]["content"]["parts"][0] for b in shown] == [
@@ -296,10 +296,12 @@ def test_hidden_thinking_still_takes_its_time_and_shown_thinking_streams_first()
 
 def test_a_streamed_tool_call_comes_whole_in_the_last_chunk() -> None:
     calls = (ToolCall("call_1", "lookup", {"city": "Paris"}),)
-    chunks = gemini.stream_chunks(
-        reply(content="Let me look.", tool_calls=calls, timing=Timing(word_delay_ms=10)),
-        ENVELOPE,
-        include_thoughts=False,
+    chunks = list(
+        gemini.stream_chunks(
+            reply(content="Let me look.", tool_calls=calls, timing=Timing(word_delay_ms=10)),
+            ENVELOPE,
+            include_thoughts=False,
+        )
     )
     assert [c.at for c in chunks] == pytest.approx([0.0, 0.01, 0.02, 0.03])
     last = payloads(chunks)[-1]["candidates"][0]
@@ -315,7 +317,7 @@ def test_an_empty_stream_still_finishes() -> None:
 
 
 def test_the_json_array_form_is_one_array_sent_element_by_element() -> None:
-    chunks = gemini.stream_chunks(reply(content="a b"), ENVELOPE, include_thoughts=False)
+    chunks = list(gemini.stream_chunks(reply(content="a b"), ENVELOPE, include_thoughts=False))
     array = gemini.ArrayChunks()  # as the sender calls it: once per batch of due chunks
     sent = b"".join(array([chunk]) for chunk in chunks) + gemini.ARRAY_END
     assert [p["candidates"][0]["content"]["parts"][0]["text"] for p in orjson.loads(sent)] == [
@@ -327,7 +329,7 @@ def test_the_json_array_form_is_one_array_sent_element_by_element() -> None:
 
 
 def test_an_array_cut_short_ends_with_the_error_as_its_last_element() -> None:
-    chunks = gemini.stream_chunks(reply(content="a b"), ENVELOPE, include_thoughts=False)
+    chunks = list(gemini.stream_chunks(reply(content="a b"), ENVELOPE, include_thoughts=False))
     error = orjson.dumps(gemini.cut_off_body(1.0))
     unopened = gemini.ArrayChunks()
     assert orjson.loads(unopened.ending_with(error)) == [gemini.cut_off_body(1.0)]

@@ -175,7 +175,7 @@ def test_tool_call_fragments_name_the_call_first_then_carry_its_arguments() -> N
         tool_calls=(ToolCall("call_9", "lookup", {"topic": "rain"}),),
         timing=Timing(first_delay_ms=100, word_delay_ms=10),
     )
-    events = stream_events(reply, Envelope("chatcmpl-1", 0, "m"), include_usage=False)
+    events = list(stream_events(reply, Envelope("chatcmpl-1", 0, "m"), include_usage=False))
     deltas = [e.payload["choices"][0]["delta"] for e in events]
     assert deltas[1]["tool_calls"] == [
         {

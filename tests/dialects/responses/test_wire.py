@@ -270,16 +270,19 @@ def test_a_response_holds_reasoning_then_the_message_then_the_function_calls() -
 
 
 def test_a_stream_numbers_its_events_and_keeps_the_script_timing() -> None:
-    events = stream_events(
-        reply(
-            content="a b",
-            tool_calls=(ToolCall("call_9", "lookup", {"topic": "rain"}),),
-            finish_reason="tool_calls",
-            timing=Timing(first_delay_ms=100, word_delay_ms=10),
-        ),
-        ENVELOPE,
-        REQUEST,
+    events = list(
+        stream_events(
+            reply(
+                content="a b",
+                tool_calls=(ToolCall("call_9", "lookup", {"topic": "rain"}),),
+                finish_reason="tool_calls",
+                timing=Timing(first_delay_ms=100, word_delay_ms=10),
+            ),
+            ENVELOPE,
+            REQUEST,
+        )
     )
+
     payloads = [event.payload for event in events]
     assert [p["sequence_number"] for p in payloads] == list(range(len(events)))
     assert [event.event for event in events] == [p["type"] for p in payloads]

@@ -73,7 +73,7 @@ def test_events_come_in_order_on_the_reply_script() -> None:
             "stream": {"first_delay_ms": 10, "word_delay_ms": 5},
         }
     )
-    events = ws.stream_events(reply, session="s", request_id="r")
+    events = list(ws.stream_events(reply, session="s", request_id="r"))
     assert [(e.at, e.payload["type"]) for e in events] == [
         (pytest.approx(0.010), "thinking"),
         (pytest.approx(0.015), "delta"),
@@ -95,7 +95,7 @@ def test_events_come_in_order_on_the_reply_script() -> None:
 
 def test_the_result_carries_galaxys_agent_response() -> None:
     reply = reply_for({"content": "answer", "confidence": "high", "usage": {"output_tokens": 9}})
-    result = ws.stream_events(reply, session="s")[-2].data
+    result = list(ws.stream_events(reply, session="s"))[-2].data
     assert result == {
         "type": "result",
         "response": {
