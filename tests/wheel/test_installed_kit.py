@@ -187,7 +187,9 @@ def test_the_distribution_installs_no_package_but_staticagents() -> None:
 def test_the_command_lists_the_service_commands_and_passes_its_checks(tmp_path: Path) -> None:
     helped = run_command(["--help"], tmp_path)
     assert helped.returncode == 0, helped.stderr
-    assert "[staticagents]" in helped.stdout and "serve" in helped.stdout
+    assert helped.stdout.startswith("usage: static-agents <command>")
+    for command in ("serve", "token", "import_fixture", "export_fixture", "check_fixture"):
+        assert f"\n  {command} " in helped.stdout, command
 
     checked = run_command(["check"], tmp_path)
     assert checked.returncode == 0, checked.stderr
