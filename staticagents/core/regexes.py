@@ -86,10 +86,11 @@ class Searcher:
         self.empty: bool | None = None
         # Compiled when first needed: most patterns never need it, and it costs more than RE2.
         self._timed: Any = _NOT_YET
-        if expanded_size(pattern) > MAX_EXPANDED:
+        parsed = _parsed(pattern)  # one parse for the size and the translation
+        if parsed is not None and _expanded(parsed) > MAX_EXPANDED:
             self._timed = False  # no engine: every search fails closed
             return
-        translation = to_re2(pattern)
+        translation = None if parsed is None else _translated(parsed)
         if translation is not None:
             compiled = _re2.RE2(translation.pattern.encode(), _RE2_OPTIONS)
             if compiled.ok():  # else too big for RE2: the timed engine takes it
@@ -144,10 +145,23 @@ _NOT_YET = object()
 
 def expanded_size(pattern: str) -> int:
     """How many items ``pattern`` holds with its counted repeats written out."""
+    parsed = _parsed(pattern)
+    return 0 if parsed is None else _expanded(parsed)
+
+
+def _expanded(parsed: Any) -> int:
     try:
-        return _size(sre_parse.parse(pattern).data)
-    except (re.error, RecursionError, OverflowError):
+        return _size(parsed.data)
+    except (RecursionError, OverflowError):
         return 0
+
+
+def _parsed(pattern: str) -> Any:
+    """Python's parse of ``pattern``, or None when it cannot parse it."""
+    try:
+        return sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
 
 
 def _size(items: Any) -> int:
@@ -199,10 +213,11 @@ class _Unsupported(Exception):
 def to_re2(pattern: str, *, empty_text: bool = False) -> Translation | None:
     """RE2 syntax with ``pattern``'s meaning under ``re.search``, or None when RE2 cannot;
     ``empty_text``: for the empty text only."""
-    try:
-        parsed = sre_parse.parse(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return None
+    parsed = _parsed(pattern)
+    return None if parsed is None else _translated(parsed, empty_text=empty_text)
+
+
+def _translated(parsed: Any, *, empty_text: bool = False) -> Translation | None:
     writer = _Writer(empty_text)
     try:
         text = writer.sequence(parsed.data, parsed.state.flags, tail=True)
