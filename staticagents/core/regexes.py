@@ -13,6 +13,7 @@ the inquiry's ``Deadline``. Running out raises ``MatchTimeout``.
 
 from __future__ import annotations
 
+import functools
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
 import re._parser as sre_parse
@@ -42,6 +43,7 @@ _RE2_OPTIONS.never_capture = True
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.max_mem = 64 << 20  # Unicode classes such as \w make big programs
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+_MULTILINE, _ASCII = int(re.MULTILINE), int(re.ASCII)  # ints: the enum's & is slow
 
 
 SURROGATE = re.compile("[\ud800-\udfff]")  # RE2 reads UTF-8: these take the timed engine
@@ -270,7 +272,7 @@ class _Writer:
         raise _Unsupported  # lookaround, backreferences, atomic, possessive
 
     def anchor(self, at: Any, flags: int, *, tail: bool) -> str:
-        multiline = bool(flags & re.MULTILINE)
+        multiline = bool(flags & _MULTILINE)
         if at is sre.AT_BEGINNING:
             return "(?m:^)" if multiline else r"\A"
         if at is sre.AT_BEGINNING_STRING:
@@ -288,7 +290,7 @@ class _Writer:
             if self.empty_text:
                 return _class(())
         if at in (sre.AT_BOUNDARY, sre.AT_NON_BOUNDARY):
-            if not flags & re.ASCII:
+            if not flags & _ASCII:
                 self.ascii_only = True
             return r"\b" if at is sre.AT_BOUNDARY else r"\B"
         raise _Unsupported
@@ -306,6 +308,7 @@ def _count(low: int, high: int) -> str:
     return f"{{{low}}}" if low == high else f"{{{low},{high}}}"
 
 
+@functools.lru_cache(maxsize=4096)  # the same characters recur across a fixture's patterns
 def _class(ranges: Ranges) -> str:
     if not ranges:
         return r"[^\x00-\x{10ffff}]"
