@@ -16,6 +16,7 @@ import array
 import functools
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
+import re._parser as sre_parse
 import sys
 from typing import Any
 
@@ -33,6 +34,16 @@ _CATEGORIES = {
     sre.CATEGORY_WORD: r"\w",
     sre.CATEGORY_NOT_WORD: r"\W",
 }
+
+
+@functools.lru_cache(maxsize=256)  # a rule's gate and its searcher parse the same pattern
+def parsed_pattern(pattern: str) -> Any:
+    """Python's parse of ``pattern`` (never to be changed: it is shared), or None when it
+    cannot parse it."""
+    try:
+        return sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
 
 
 def char_ranges(op: Any, arg: Any, flags: int) -> Ranges:

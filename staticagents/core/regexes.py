@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
-import re._parser as sre_parse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ import re2
 import regex
 from re2 import _re2  # the binding itself: re2.compile's Python layer costs 8x the search
 
-from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges
+from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges, parsed_pattern
 
 DEFAULT_BUDGET = 0.05  # seconds of timed search one inquiry may spend, over all its rules
 RE2_MAX_REPEAT = 1000
@@ -88,7 +87,7 @@ class Searcher:
         self.empty: bool | None = None
         # Compiled when first needed: most patterns never need it, and it costs more than RE2.
         self._timed: Any = _NOT_YET
-        parsed = _parsed(pattern)  # one parse for the size and the translation
+        parsed = parsed_pattern(pattern)  # one parse for the size and the translation
         if parsed is not None and _expanded(parsed) > MAX_EXPANDED:
             self._timed = False  # no engine: every search fails closed
             return
@@ -147,7 +146,7 @@ _NOT_YET = object()
 
 def expanded_size(pattern: str) -> int:
     """How many items ``pattern`` holds with its counted repeats written out."""
-    parsed = _parsed(pattern)
+    parsed = parsed_pattern(pattern)
     return 0 if parsed is None else _expanded(parsed)
 
 
@@ -156,14 +155,6 @@ def _expanded(parsed: Any) -> int:
         return _size(parsed.data)
     except (RecursionError, OverflowError):
         return 0
-
-
-def _parsed(pattern: str) -> Any:
-    """Python's parse of ``pattern``, or None when it cannot parse it."""
-    try:
-        return sre_parse.parse(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return None
 
 
 def _size(items: Any) -> int:
@@ -215,7 +206,7 @@ class _Unsupported(Exception):
 def to_re2(pattern: str, *, empty_text: bool = False) -> Translation | None:
     """RE2 syntax with ``pattern``'s meaning under ``re.search``, or None when RE2 cannot;
     ``empty_text``: for the empty text only."""
-    parsed = _parsed(pattern)
+    parsed = parsed_pattern(pattern)
     return None if parsed is None else _translated(parsed, empty_text=empty_text)
 
 
