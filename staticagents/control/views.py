@@ -43,7 +43,7 @@ from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
 from staticagents.document.schema import DocumentInvalid, FieldError
 from staticagents.models import ControlToken, JournalEntry, SessionScript
-from staticagents.replying.snapshot import active_ruleset
+from staticagents.replying.snapshot import active_ruleset, compiled_before_commit
 from staticagents.selectors import (
     export_document,
     journal_counters,
@@ -326,11 +326,12 @@ class FixtureView(ControlView):
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         # Read one byte past the limit, so load_fixture can name an oversized body.
         document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
-        result = import_fixture(document=document, merge=merge, dry_run=dry_run)
+        with compiled_before_commit():  # replies keep the old snapshot while this compiles
+            result = import_fixture(document=document, merge=merge, dry_run=dry_run)
         session = request.query_params.get("session")
         if session and not dry_run:  # the testing kit's session starts afresh with the rules
             reset_session(session=session)
-        active_ruleset()  # this process's snapshot is rebuilt now, not at the next reply
+        active_ruleset()  # this process's snapshot holds the session's script now
         return Response(asdict(result))
 
 
