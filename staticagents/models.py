@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import orjson
@@ -32,6 +33,7 @@ MATCH_KEYS = (
     "turn",
     "tool_result",
 )
+MATCH_FIELDS = tuple(f"match_{key}" for key in MATCH_KEYS)
 RESPONSE_KEYS = tuple(schema.ResponseSpec.model_fields)
 
 
@@ -93,13 +95,16 @@ class ResponseFields(models.Model):
         abstract = True
 
     def document(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {}
-        for key in RESPONSE_KEYS:
-            value = getattr(self, key)
-            if value is None or (key == "template" and not value):
-                continue
-            doc[key] = value
-        return doc
+        return self.document_of({key: getattr(self, key) for key in RESPONSE_KEYS})
+
+    @staticmethod
+    def document_of(values: Mapping[str, Any]) -> dict[str, Any]:
+        """The response in fixture form, from its fields' values (a ``.values()`` row)."""
+        return {
+            key: value
+            for key in RESPONSE_KEYS
+            if (value := values[key]) is not None and (key != "template" or value)
+        }
 
     @classmethod
     def fields_from(cls, doc: dict[str, Any]) -> dict[str, Any]:
@@ -158,12 +163,12 @@ class Rule(models.Model):
         return self.name
 
     def match_document(self) -> dict[str, Any]:
-        doc = {}
-        for key in MATCH_KEYS:
-            value = getattr(self, f"match_{key}")
-            if value is not None:
-                doc[key] = value
-        return doc
+        return self.match_document_of({f: getattr(self, f) for f in MATCH_FIELDS})
+
+    @staticmethod
+    def match_document_of(values: Mapping[str, Any]) -> dict[str, Any]:
+        """The rule's ``match``, from its fields' values (a ``.values()`` row)."""
+        return {key: value for key in MATCH_KEYS if (value := values[f"match_{key}"]) is not None}
 
     @classmethod
     def fields_from(cls, doc: dict[str, Any]) -> dict[str, Any]:
@@ -186,16 +191,26 @@ class Rule(models.Model):
         """The rule in fixture form, keys in a stable order."""
         if responses is None:
             responses = [r.document() for r in self.responses.all()]
-        doc: dict[str, Any] = {"name": self.name}
-        if not self.enabled:
+        values = {f: getattr(self, f) for f in ("name", "enabled", "on_exhausted", *MATCH_FIELDS)}
+        return self.document_of(values, responses)
+
+    @classmethod
+    def document_of(
+        cls, values: Mapping[str, Any], responses: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The rule in fixture form, from its fields' values (a ``.values()`` row) and its
+        responses' documents."""
+        doc: dict[str, Any] = {"name": values["name"]}
+        if not values["enabled"]:
             doc["enabled"] = False
-        match = self.match_document()
+        match = cls.match_document_of(values)
         if match:
             doc["match"] = match
-        if len(responses) > 1 or self.on_exhausted is not None:
+        on_exhausted = values["on_exhausted"]
+        if len(responses) > 1 or on_exhausted is not None:
             doc["responses"] = responses
-            if self.on_exhausted is not None:
-                doc["on_exhausted"] = self.on_exhausted
+            if on_exhausted is not None:
+                doc["on_exhausted"] = on_exhausted
         else:
             doc["response"] = responses[0] if responses else {}
         return doc

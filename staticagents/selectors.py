@@ -18,11 +18,14 @@ from django.db.models.functions import StrIndex
 
 from staticagents.core.reach import Shadow, shadowed_rules
 from staticagents.models import (
+    MATCH_FIELDS,
+    RESPONSE_KEYS,
     ControlToken,
     Defaults,
     Fallback,
     JournalEntry,
     Rule,
+    RuleResponse,
     SessionScript,
 )
 
@@ -81,9 +84,19 @@ def stored_rules(known: Mapping[str, dict[str, Any]]) -> list[tuple[str, dict[st
     missing = [pk for pk, digest in order if not digest or digest not in known]
     read: dict[int, dict[str, Any]] = {}
     for start in range(0, len(missing), 500):  # a bounded number of parameters per query
-        rules = Rule.objects.filter(pk__in=missing[start : start + 500])
-        read.update((rule.pk, rule.document()) for rule in rules.prefetch_related("responses"))
+        read.update(_rule_documents(missing[start : start + 500]))
     return [(digest, read[pk] if pk in read else known[digest]) for pk, digest in order]
+
+
+def _rule_documents(pks: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The documents of the rules ``pks``, read as rows (model instances cost 4 times more)."""
+    responses: dict[int, list[dict[str, Any]]] = {}
+    rows = RuleResponse.objects.filter(rule_id__in=pks).order_by("position", "id")
+    for row in rows.values("rule_id", *RESPONSE_KEYS):
+        responses.setdefault(row["rule_id"], []).append(RuleResponse.document_of(row))
+    fields = ("id", "name", "enabled", "on_exhausted", *MATCH_FIELDS)
+    for row in Rule.objects.filter(pk__in=pks).values(*fields):
+        yield row["id"], Rule.document_of(row, responses.get(row["id"], []))
 
 
 def stored_scripts() -> dict[str, dict[str, Any]]:

@@ -16,12 +16,15 @@ import array
 import functools
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
+import re._parser as sre_parse
 import sys
 from typing import Any
 
 MAX_CODE = 0x10FFFF
 Ranges = tuple[tuple[int, int], ...]  # sorted, disjoint, inclusive
 EVERYTHING: Ranges = ((0, MAX_CODE),)
+# Plain ints: the enum's ``&`` costs ten times an int's, on every character of every pattern.
+_DOTALL, _IGNORECASE, _ASCII = int(re.DOTALL), int(re.IGNORECASE), int(re.ASCII)
 
 _CATEGORIES = {
     sre.CATEGORY_DIGIT: r"\d",
@@ -33,20 +36,30 @@ _CATEGORIES = {
 }
 
 
+@functools.lru_cache(maxsize=256)  # a rule's gate and its searcher parse the same pattern
+def parsed_pattern(pattern: str) -> Any:
+    """Python's parse of ``pattern`` (never to be changed: it is shared), or None when it
+    cannot parse it."""
+    try:
+        return sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+
+
 def char_ranges(op: Any, arg: Any, flags: int) -> Ranges:
     """The code points the item ``(op, arg)`` of a parsed pattern matches under ``flags``."""
     if op is sre.ANY:
-        return EVERYTHING if flags & re.DOTALL else ((0, 9), (11, MAX_CODE))
-    folded = bool(flags & re.IGNORECASE)
+        return EVERYTHING if flags & _DOTALL else ((0, 9), (11, MAX_CODE))
+    folded = bool(flags & _IGNORECASE)
     if op is sre.LITERAL or op is sre.NOT_LITERAL:
         same: Ranges = ((arg, arg),)
         if folded and _sre.unicode_iscased(arg):
-            same = _case_variants(arg, flags & re.ASCII)
+            same = _case_variants(arg, flags & _ASCII)
         return same if op is sre.LITERAL else complement(same)
     if op is sre.IN and not folded and all(kind is not sre.CATEGORY for kind, _ in arg):
         return _plain_class(arg)
     source = _item_source(op, arg)
-    return _asked_of_re(source, flags & (re.IGNORECASE | re.ASCII))
+    return _asked_of_re(source, flags & (_IGNORECASE | _ASCII))
 
 
 def _plain_class(items: Any) -> Ranges:

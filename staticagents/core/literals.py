@@ -13,6 +13,8 @@ import re._parser as sre_parse
 from dataclasses import dataclass
 from typing import Any
 
+from staticagents.core.charclasses import parsed_pattern
+
 MIN_LENGTH = 3  # shorter literals occur in too many queries to be worth indexing
 
 
@@ -26,9 +28,8 @@ class Gate:
 
 def required_literal(pattern: str) -> Gate | None:
     """The longest literal that every match of ``pattern`` contains, if one is certain."""
-    try:
-        parsed = sre_parse.parse(pattern)
-    except (re.error, RecursionError, OverflowError):
+    parsed = parsed_pattern(pattern)
+    if parsed is None:
         return None
     folded = bool(parsed.state.flags & re.IGNORECASE)
     runs = list(_runs(parsed.data))

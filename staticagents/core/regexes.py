@@ -13,9 +13,9 @@ the inquiry's ``Deadline``. Running out raises ``MatchTimeout``.
 
 from __future__ import annotations
 
+import functools
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
-import re._parser as sre_parse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +25,7 @@ import re2
 import regex
 from re2 import _re2  # the binding itself: re2.compile's Python layer costs 8x the search
 
-from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges
+from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges, parsed_pattern
 
 DEFAULT_BUDGET = 0.05  # seconds of timed search one inquiry may spend, over all its rules
 RE2_MAX_REPEAT = 1000
@@ -42,6 +42,7 @@ _RE2_OPTIONS.never_capture = True
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.max_mem = 64 << 20  # Unicode classes such as \w make big programs
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+_MULTILINE, _ASCII = int(re.MULTILINE), int(re.ASCII)  # ints: the enum's & is slow
 
 
 SURROGATE = re.compile("[\ud800-\udfff]")  # RE2 reads UTF-8: these take the timed engine
@@ -86,10 +87,11 @@ class Searcher:
         self.empty: bool | None = None
         # Compiled when first needed: most patterns never need it, and it costs more than RE2.
         self._timed: Any = _NOT_YET
-        if expanded_size(pattern) > MAX_EXPANDED:
+        parsed = parsed_pattern(pattern)  # one parse for the size and the translation
+        if parsed is not None and _expanded(parsed) > MAX_EXPANDED:
             self._timed = False  # no engine: every search fails closed
             return
-        translation = to_re2(pattern)
+        translation = None if parsed is None else _translated(parsed)
         if translation is not None:
             compiled = _re2.RE2(translation.pattern.encode(), _RE2_OPTIONS)
             if compiled.ok():  # else too big for RE2: the timed engine takes it
@@ -144,9 +146,14 @@ _NOT_YET = object()
 
 def expanded_size(pattern: str) -> int:
     """How many items ``pattern`` holds with its counted repeats written out."""
+    parsed = parsed_pattern(pattern)
+    return 0 if parsed is None else _expanded(parsed)
+
+
+def _expanded(parsed: Any) -> int:
     try:
-        return _size(sre_parse.parse(pattern).data)
-    except (re.error, RecursionError, OverflowError):
+        return _size(parsed.data)
+    except (RecursionError, OverflowError):
         return 0
 
 
@@ -199,10 +206,11 @@ class _Unsupported(Exception):
 def to_re2(pattern: str, *, empty_text: bool = False) -> Translation | None:
     """RE2 syntax with ``pattern``'s meaning under ``re.search``, or None when RE2 cannot;
     ``empty_text``: for the empty text only."""
-    try:
-        parsed = sre_parse.parse(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return None
+    parsed = parsed_pattern(pattern)
+    return None if parsed is None else _translated(parsed, empty_text=empty_text)
+
+
+def _translated(parsed: Any, *, empty_text: bool = False) -> Translation | None:
     writer = _Writer(empty_text)
     try:
         text = writer.sequence(parsed.data, parsed.state.flags, tail=True)
@@ -255,7 +263,7 @@ class _Writer:
         raise _Unsupported  # lookaround, backreferences, atomic, possessive
 
     def anchor(self, at: Any, flags: int, *, tail: bool) -> str:
-        multiline = bool(flags & re.MULTILINE)
+        multiline = bool(flags & _MULTILINE)
         if at is sre.AT_BEGINNING:
             return "(?m:^)" if multiline else r"\A"
         if at is sre.AT_BEGINNING_STRING:
@@ -273,7 +281,7 @@ class _Writer:
             if self.empty_text:
                 return _class(())
         if at in (sre.AT_BOUNDARY, sre.AT_NON_BOUNDARY):
-            if not flags & re.ASCII:
+            if not flags & _ASCII:
                 self.ascii_only = True
             return r"\b" if at is sre.AT_BOUNDARY else r"\B"
         raise _Unsupported
@@ -291,6 +299,7 @@ def _count(low: int, high: int) -> str:
     return f"{{{low}}}" if low == high else f"{{{low},{high}}}"
 
 
+@functools.lru_cache(maxsize=4096)  # the same characters recur across a fixture's patterns
 def _class(ranges: Ranges) -> str:
     if not ranges:
         return r"[^\x00-\x{10ffff}]"

@@ -27,6 +27,8 @@ import asyncio
 import sqlite3
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -70,6 +72,28 @@ def active_ruleset() -> Ruleset:
             return _snapshot
         _snapshot = build_ruleset(_snapshot)
         return _snapshot
+
+
+@contextmanager
+def compiled_before_commit() -> Iterator[None]:
+    """Writes to the rules inside run in one transaction, and this process compiles their
+    snapshot before it commits: replies answer from the old snapshot until the commit, and
+    from the new one, ready, right after it (a big import then holds no reply up here;
+    other workers still compile it when they see the new stamp)."""
+    global _snapshot
+    with transaction.atomic():
+        yield
+        with _snapshot_lock:
+            previous = _snapshot
+            if previous is not None and previous.stamp == ruleset_stamp():
+                return  # nothing changed
+            # Inside the transaction: it reads what the writes inside made, stamp included.
+            ready = build_ruleset(previous)
+    with _snapshot_lock:
+        # Installed only while it is still the database's: a write committed meanwhile
+        # (another worker's) makes the next request build its own snapshot anyway.
+        if ready.stamp == ruleset_stamp():
+            _snapshot = ready
 
 
 async def current_ruleset() -> Ruleset:

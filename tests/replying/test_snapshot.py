@@ -54,13 +54,13 @@ def test_a_rebuild_reads_only_the_rules_that_changed(
     ten_rules: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     read: list[str] = []
-    document_of = Rule.document
+    document_of = Rule.document_of
 
-    def reading(rule: Rule, responses: Any = None) -> dict[str, Any]:
-        read.append(rule.name)
-        return document_of(rule, responses)
+    def reading(values: Any, responses: Any) -> dict[str, Any]:
+        read.append(values["name"])
+        return document_of(values, responses)
 
-    monkeypatch.setattr(Rule, "document", reading)
+    monkeypatch.setattr(Rule, "document_of", reading)
     document = rules(*(f"rule-{i}" for i in range(10)))
     document["rules"][7] = rules("rule-7", content="new")["rules"][0]
     import_fixture(document=document)
