@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
+from django.contrib.admin.models import LogEntry
 from django.contrib.admin.widgets import AdminTextareaWidget
+from django.contrib.contenttypes.models import ContentType
 from django.core import signing
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
@@ -62,7 +66,72 @@ def place_choices() -> list[tuple[str, str]]:
     ]
 
 
-class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
+class EditStampForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A change form that refuses to overwrite a change made since it was opened.
+
+    ``seen`` carries the stored object's fingerprint and the time the page was made;
+    on a conflict the form is shown again with the curator's input and a fresh stamp,
+    so saving once more overwrites deliberately.
+    """
+
+    seen = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.fields["seen"].initial = _stamp(self.instance)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        seen = cleaned.get("seen") or ""
+        if self.instance.pk is None or not seen:
+            return cleaned
+        fingerprint, _, opened = seen.partition(" ")
+        current = _stamp(self.instance)
+        if current and current.partition(" ")[0] != fingerprint:
+            self.add_error(None, ValidationError(_changed_by(self.instance, opened)))
+            data = self.data.copy()  # type: ignore[attr-defined]  # a QueryDict
+            data[self.add_prefix("seen")] = current
+            self.data = data
+        return cleaned
+
+
+def _stamp(obj: Any) -> str:
+    """The stored object's fingerprint (its document's digest) and the time now."""
+    fresh = type(obj).objects.filter(pk=obj.pk).first()
+    if fresh is None:
+        return ""
+    return f"{Rule.digest_of(fresh.document())} {time.time():.6f}"
+
+
+def _changed_by(obj: Any, opened: str) -> str:
+    try:
+        since = datetime.fromtimestamp(float(opened), tz=UTC)
+    except ValueError:  # an altered stamp: name no one
+        since = datetime.max.replace(tzinfo=UTC)
+    entry = (
+        LogEntry.objects.filter(
+            content_type=ContentType.objects.get_for_model(obj),
+            object_id=str(obj.pk),
+            action_time__gt=since,
+        )
+        .select_related("user")
+        .order_by("-action_time")
+        .first()
+    )
+    who = (
+        f"by {entry.user} at {entry.action_time:%Y-%m-%d %H:%M:%S} UTC"
+        if entry is not None
+        else "outside this form (an upload, a move, a command or the control API)"
+    )
+    return (
+        f"This was changed {who} since you opened this page; your changes are not saved. "
+        "They are kept below: check them against the stored version and save again to "
+        "overwrite it."
+    )
+
+
+class RuleForm(EditStampForm):
     """A rule; a new one also says where it goes among the others (the admin names the
     model and its fields)."""
 

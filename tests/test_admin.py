@@ -423,6 +423,89 @@ def test_editing_a_rule_bumps_the_version_and_changes_the_export(
     assert version() == before + 1
 
 
+# -- no lost edits ------------------------------------------------------------
+
+
+@pytest.fixture
+def other_curator(django_user_model: Any) -> Client:
+    user = django_user_model.objects.create_superuser("second", "second@example.org", "pw")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_rule_saved_by_someone_else_since_the_form_opened_is_not_overwritten(
+    admin_client: Client, other_curator: Client, rules: None
+) -> None:
+    url = change_url("greet")
+    mine = change_form_data(admin_client, url)
+    theirs = change_form_data(other_curator, url)
+    theirs["responses-0-content"] = "Theirs"
+    assert other_curator.post(url, theirs).status_code == 302
+    mine["match_query"] = "(?i)good morning"
+    mine["responses-0-content"] = "Mine"
+    refused = admin_client.post(url, mine)
+    assert refused.status_code == 200
+    form = refused.context["adminform"].form
+    (error,) = form.non_field_errors()
+    assert error.startswith("This was changed by second at ") and "UTC since you opened" in error
+    assert escape(error) in refused.content.decode()
+    # the curator's input is still on the page; the stored rule is the other one's
+    assert form["match_query"].value() == "(?i)good morning"
+    formset = refused.context["inline_admin_formsets"][0].formset
+    assert formset.forms[0]["content"].value() == "Mine"
+    assert export_document()["rules"][0]["response"] == {"content": "Theirs"}
+    # saving again, now knowing, overwrites
+    again = form_values(form)
+    again.update(form_values(formset.management_form))
+    for response_form in formset.forms:
+        again.update(form_values(response_form))
+    assert admin_client.post(url, again).status_code == 302
+    assert export_document()["rules"][0]["response"] == {"content": "Mine"}
+
+
+def test_a_rule_saved_twice_by_the_same_curator_in_turn_is_not_refused(
+    admin_client: Client, rules: None
+) -> None:
+    url = change_url("greet")
+    first = change_form_data(admin_client, url)
+    first["responses-0-content"] = "One"
+    assert admin_client.post(url, first).status_code == 302
+    second = change_form_data(admin_client, url)
+    second["responses-0-content"] = "Two"
+    assert admin_client.post(url, second).status_code == 302
+    assert export_document()["rules"][0]["response"] == {"content": "Two"}
+
+
+def test_defaults_changed_by_someone_else_are_not_overwritten(
+    admin_client: Client, other_curator: Client
+) -> None:
+    Defaults.objects.create(pk=1, confidence="low")
+    url = "/admin/staticagents/defaults/1/change/"
+    mine = form_values(admin_client.get(url).context["adminform"].form)
+    theirs = form_values(other_curator.get(url).context["adminform"].form)
+    assert other_curator.post(url, {**theirs, "confidence": "high"}).status_code == 302
+    refused = admin_client.post(url, {**mine, "confidence": "medium"})
+    form = refused.context["adminform"].form
+    assert form.non_field_errors()[0].startswith("This was changed by second at ")
+    assert form["confidence"].value() == "medium"
+    assert Defaults.objects.get(pk=1).confidence == "high"
+
+
+def test_a_fallback_changed_outside_the_admin_is_not_overwritten(admin_client: Client) -> None:
+    from staticagents.services import set_fallback
+
+    Fallback.objects.create(pk=1, content="Sorry")
+    url = "/admin/staticagents/fallback/1/change/"
+    mine = form_values(admin_client.get(url).context["adminform"].form)
+    set_fallback(document={"content": "From a script"})
+    refused = admin_client.post(url, {**mine, "content": "Mine"})
+    form = refused.context["adminform"].form
+    assert form.non_field_errors()[0].startswith("This was changed outside this form")
+    assert form["content"].value() == "Mine"
+    assert export_document()["fallback"] == {"content": "From a script"}
+
+
 # -- deleting and bulk actions ------------------------------------------------
 
 
