@@ -168,7 +168,7 @@ class RuleAdmin(RuleAdminBase):
     def get_fieldsets(self, request: HttpRequest, obj: Rule | None = None) -> _FieldsetSpec:
         fieldsets = list(super().get_fieldsets(request, obj))
         if obj is not None:
-            fieldsets.append((None, {"fields": ["seen"]}))
+            fieldsets.append((None, {"fields": ["seen"], "classes": ["hidden"]}))
         if obj is None:
             fieldsets.append(("Place", {"fields": ["place"]}))
         return fieldsets
@@ -449,7 +449,7 @@ class DefaultsAdmin(SingletonAdmin):
 
 @admin.register(Fallback)
 class FallbackAdmin(SingletonAdmin):
-    fieldsets = [*RESPONSE_FIELDSETS, (None, {"fields": ["seen"]})]
+    fieldsets = [*RESPONSE_FIELDSETS, (None, {"fields": ["seen"], "classes": ["hidden"]})]
 
     def store(self, document: dict[str, Any] | None) -> None:
         set_fallback(document=document)
