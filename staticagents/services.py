@@ -41,6 +41,10 @@ class ImportResult:
     dry_run: bool = False
     unchanged: int = 0  # replacing: rules the document holds as they were (not rewritten)
     warnings: tuple[str, ...] = ()  # rules of the resulting ruleset that never answer
+    # The rules' names, in the document's order (deleted: in the stored order).
+    created_names: tuple[str, ...] = ()
+    updated_names: tuple[str, ...] = ()
+    deleted_names: tuple[str, ...] = ()
 
     def summary(self) -> str:
         verb = "would import" if self.dry_run else "imported"
@@ -120,7 +124,10 @@ def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportRes
     anything changed."""
     stored = {rule.name: rule for rule in Rule.objects.only("id", "name", "position", "digest")}
     wanted = {doc["name"] for doc in document["rules"]}
-    gone = [rule.pk for name, rule in stored.items() if name not in wanted]
+    gone_names = sorted(
+        (name for name in stored if name not in wanted), key=lambda n: stored[n].position
+    )
+    gone = [stored[name].pk for name in gone_names]
     deleted = 0
     for start in range(0, len(gone), 500):  # a bounded number of parameters per statement
         deleted += _delete_rules(Rule.objects.filter(pk__in=gone[start : start + 500]))
@@ -140,7 +147,15 @@ def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportRes
     Rule.objects.bulk_update(moved, ["position"], batch_size=500)
     _write_rule_rows(fresh, rewritten)
     extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
-    result = ImportResult(len(fresh), len(rewritten), deleted, unchanged=unchanged)
+    result = ImportResult(
+        len(fresh),
+        len(rewritten),
+        deleted,
+        unchanged=unchanged,
+        created_names=tuple(rows.name for rows in fresh),
+        updated_names=tuple(rows.name for rows in rewritten),
+        deleted_names=tuple(gone_names),
+    )
     return result, bool(fresh or rewritten or deleted or moved or extras_changed)
 
 
@@ -186,7 +201,14 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
         _set_defaults(document["defaults"])
     if document["fallback"] is not None:
         _set_fallback(document["fallback"])
-    return ImportResult(created=len(fresh), updated=len(existing), deleted=0), True
+    result = ImportResult(
+        created=len(fresh),
+        updated=len(existing),
+        deleted=0,
+        created_names=tuple(r["name"] for r in fresh),
+        updated_names=tuple(r["name"] for r in rules if r["name"] in existing),
+    )
+    return result, True
 
 
 def merged_order(existing: list[str], fixture: list[str], fallback: int) -> list[str]:

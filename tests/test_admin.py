@@ -13,6 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.forms import CheckboxInput
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 
 from staticagents.document.files import dump_fixture
 from staticagents.models import (
@@ -422,6 +423,89 @@ def test_editing_a_rule_bumps_the_version_and_changes_the_export(
     assert version() == before + 1
 
 
+# -- no lost edits ------------------------------------------------------------
+
+
+@pytest.fixture
+def other_curator(django_user_model: Any) -> Client:
+    user = django_user_model.objects.create_superuser("second", "second@example.org", "pw")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_rule_saved_by_someone_else_since_the_form_opened_is_not_overwritten(
+    admin_client: Client, other_curator: Client, rules: None
+) -> None:
+    url = change_url("greet")
+    mine = change_form_data(admin_client, url)
+    theirs = change_form_data(other_curator, url)
+    theirs["responses-0-content"] = "Theirs"
+    assert other_curator.post(url, theirs).status_code == 302
+    mine["match_query"] = "(?i)good morning"
+    mine["responses-0-content"] = "Mine"
+    refused = admin_client.post(url, mine)
+    assert refused.status_code == 200
+    form = refused.context["adminform"].form
+    (error,) = form.non_field_errors()
+    assert error.startswith("This was changed by second at ") and "UTC since you opened" in error
+    assert escape(error) in refused.content.decode()
+    # the curator's input is still on the page; the stored rule is the other one's
+    assert form["match_query"].value() == "(?i)good morning"
+    formset = refused.context["inline_admin_formsets"][0].formset
+    assert formset.forms[0]["content"].value() == "Mine"
+    assert export_document()["rules"][0]["response"] == {"content": "Theirs"}
+    # saving again, now knowing, overwrites
+    again = form_values(form)
+    again.update(form_values(formset.management_form))
+    for response_form in formset.forms:
+        again.update(form_values(response_form))
+    assert admin_client.post(url, again).status_code == 302
+    assert export_document()["rules"][0]["response"] == {"content": "Mine"}
+
+
+def test_a_rule_saved_twice_by_the_same_curator_in_turn_is_not_refused(
+    admin_client: Client, rules: None
+) -> None:
+    url = change_url("greet")
+    first = change_form_data(admin_client, url)
+    first["responses-0-content"] = "One"
+    assert admin_client.post(url, first).status_code == 302
+    second = change_form_data(admin_client, url)
+    second["responses-0-content"] = "Two"
+    assert admin_client.post(url, second).status_code == 302
+    assert export_document()["rules"][0]["response"] == {"content": "Two"}
+
+
+def test_defaults_changed_by_someone_else_are_not_overwritten(
+    admin_client: Client, other_curator: Client
+) -> None:
+    Defaults.objects.create(pk=1, confidence="low")
+    url = "/admin/staticagents/defaults/1/change/"
+    mine = form_values(admin_client.get(url).context["adminform"].form)
+    theirs = form_values(other_curator.get(url).context["adminform"].form)
+    assert other_curator.post(url, {**theirs, "confidence": "high"}).status_code == 302
+    refused = admin_client.post(url, {**mine, "confidence": "medium"})
+    form = refused.context["adminform"].form
+    assert form.non_field_errors()[0].startswith("This was changed by second at ")
+    assert form["confidence"].value() == "medium"
+    assert Defaults.objects.get(pk=1).confidence == "high"
+
+
+def test_a_fallback_changed_outside_the_admin_is_not_overwritten(admin_client: Client) -> None:
+    from staticagents.services import set_fallback
+
+    Fallback.objects.create(pk=1, content="Sorry")
+    url = "/admin/staticagents/fallback/1/change/"
+    mine = form_values(admin_client.get(url).context["adminform"].form)
+    set_fallback(document={"content": "From a script"})
+    refused = admin_client.post(url, {**mine, "content": "Mine"})
+    form = refused.context["adminform"].form
+    assert form.non_field_errors()[0].startswith("This was changed outside this form")
+    assert form["content"].value() == "Mine"
+    assert export_document()["fallback"] == {"content": "From a script"}
+
+
 # -- deleting and bulk actions ------------------------------------------------
 
 
@@ -563,8 +647,24 @@ def test_deleting_a_singleton_removes_it_and_bumps_the_version(
 
 def upload(client: Client, text: str | bytes, name: str = "rules.yml", **options: str) -> Any:
     content = text.encode() if isinstance(text, str) else text
-    data = {"fixture": SimpleUploadedFile(name, content), "mode": "replace", **options}
+    data = {"fixture": SimpleUploadedFile(name, content), "mode": "merge", **options}
     return client.post(UPLOAD, data)
+
+
+def run_kept(client: Client, page: Any) -> Any:
+    """Submit the form of a dry run or confirmation page, as the browser would."""
+    context = page.context
+    data = {"mode": context["mode"], "staged": context["staged"]}
+    if context["mode"] == "replace":
+        data["confirm"] = "True"
+    return client.post(UPLOAD, data)
+
+
+def replace(client: Client, text: str | bytes, name: str = "rules.yml") -> Any:
+    """Upload in Replace mode and confirm on the page that lists the deletions."""
+    page = upload(client, text, name=name, mode="replace")
+    assert page.status_code == 200 and page.context["confirming"], page
+    return run_kept(client, page)
 
 
 NEW_RULES = """
@@ -589,7 +689,7 @@ def test_the_rule_list_links_to_upload_and_download(admin_client: Client) -> Non
 
 def test_uploading_a_fixture_replaces_the_rules(admin_client: Client, rules: None) -> None:
     before = version()
-    response = upload(admin_client, NEW_RULES)
+    response = replace(admin_client, NEW_RULES)
     assert response.status_code == 302 and response["Location"] == CHANGELIST
     assert names_in_order() == ["greet", "brand-new"]
     assert export_document()["fallback"] == {"content": "Nothing matched"}
@@ -613,16 +713,113 @@ def test_uploading_with_merge_updates_by_name_and_places_new_rules_as_the_file_d
     }
 
 
-def test_a_dry_run_reports_and_changes_nothing(admin_client: Client, rules: None) -> None:
+def test_the_upload_form_defaults_to_merge(admin_client: Client) -> None:
+    form = admin_client.get(UPLOAD).context["form"]
+    assert form["mode"].value() == "merge"
+    html = admin_client.get(UPLOAD).content.decode()
+    assert re.search(r'<input type="radio" name="mode" value="merge"[^>]* checked>', html)
+    assert not re.search(r'<input type="radio" name="mode" value="replace"[^>]* checked>', html)
+
+
+def test_replace_asks_for_confirmation_naming_the_rules_it_deletes(
+    admin_client: Client, rules: None
+) -> None:
     before_doc, before_version = export_document(), version()
-    response = upload(admin_client, NEW_RULES, dry_run="on")
-    assert response.status_code == 302 and response["Location"] == UPLOAD
+    page = upload(admin_client, NEW_RULES, mode="replace")
+    assert page.status_code == 200 and page.context["confirming"]
+    assert export_document() == before_doc and version() == before_version
+    html = page.content.decode()
+    assert "Replace the rules with rules.yml?" in html
+    deleted = page.context["result"].deleted_names
+    assert deleted == ("rnaseq", "catch-all", "page-help")
+    for name in deleted:
+        assert f"<li>{name}</li>" in html
+    assert 'name="staged"' in html and 'name="confirm" value="True"' in html
+    # Without the confirmation the page is shown again and nothing changes.
+    again = admin_client.post(UPLOAD, {"mode": "replace", "staged": page.context["staged"]})
+    assert again.status_code == 200 and export_document() == before_doc
+    assert run_kept(admin_client, page).status_code == 302
+    assert names_in_order() == ["greet", "brand-new"]
+
+
+def test_a_dry_run_lists_rules_by_name_changes_nothing_and_keeps_the_file_and_mode(
+    admin_client: Client, rules: None
+) -> None:
+    before_doc, before_version = export_document(), version()
+    page = upload(admin_client, NEW_RULES, mode="replace", dry_run="on")
+    assert page.status_code == 200 and not page.context["confirming"]
     assert export_document() == before_doc
     assert version() == before_version
-    assert messages_on(admin_client, UPLOAD) == [
-        "Dry run of rules.yml (replace): would import: 1 rule(s) created, 1 updated, "
-        "3 deleted. Nothing changed."
+    html = page.content.decode()
+    assert (
+        "rules.yml (replace): would import: 1 rule(s) created, 1 updated, 3 deleted. "
+        "Nothing changed." in html
+    )
+    result = page.context["result"]
+    assert result.created_names == ("brand-new",)
+    assert result.updated_names == ("greet",)
+    assert result.deleted_names == ("rnaseq", "catch-all", "page-help")
+    assert '<input type="hidden" name="mode" value="replace">' in html
+    # The real run needs no file: the page kept it.
+    response = run_kept(admin_client, page)
+    assert response.status_code == 302 and response["Location"] == CHANGELIST
+    assert names_in_order() == ["greet", "brand-new"]
+    assert version() == before_version + 1
+
+
+def test_a_merge_dry_run_lists_added_and_changed_rules_and_shadowing_warnings(
+    admin_client: Client, rules: None
+) -> None:
+    text = """
+rules:
+  - name: greet
+    match: {query: "(?i)hey"}
+    response: {content: "Hey!"}
+  - name: catch-all
+    response: {content: "Anything"}
+  - name: late
+    match: {query: "late"}
+    response: {content: "Never"}
+"""
+    page = upload(admin_client, text, dry_run="on")
+    result = page.context["result"]
+    assert result.created_names == ("late",)
+    assert result.updated_names == ("greet", "catch-all")
+    assert result.deleted_names == ()
+    html = page.content.decode()
+    assert result.warnings and any("late" in w for w in result.warnings)
+    assert all(escape(w) in html for w in result.warnings)
+    assert "Rules deleted" not in html
+    assert run_kept(admin_client, page).status_code == 302
+    assert "late" in names_in_order()
+
+
+def test_an_altered_kept_file_is_refused_and_changes_nothing(
+    admin_client: Client, rules: None
+) -> None:
+    page = upload(admin_client, NEW_RULES, mode="replace", dry_run="on")
+    token = page.context["staged"]
+    before_doc = export_document()
+    forged = admin_client.post(
+        UPLOAD, {"mode": "replace", "confirm": "True", "staged": token[:-3] + "abc"}
+    )
+    assert forged.status_code == 200
+    assert forged.context["form"].errors["fixture"] == [
+        "The kept file has expired or was altered: choose the file again."
     ]
+    assert export_document() == before_doc
+
+
+def test_a_file_too_large_to_keep_is_asked_for_again(
+    admin_client: Client, rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from staticagents import forms as admin_forms
+
+    monkeypatch.setattr(admin_forms, "MAX_STAGED_BYTES", 10)
+    page = upload(admin_client, NEW_RULES, dry_run="on")
+    html = page.content.decode()
+    assert page.context["staged"] == "" and 'name="staged"' not in html
+    assert '<input type="file" name="fixture" required>' in html
 
 
 BROKEN = """rules:
@@ -698,7 +895,7 @@ def test_yaml_syntax_errors_and_non_utf8_files_are_reported(
 
 
 def assert_uploads_unchanged(admin_client: Client, fixture: Path) -> None:
-    response = upload(admin_client, fixture.read_bytes(), name="static_agents.yml")
+    response = replace(admin_client, fixture.read_bytes(), name="static_agents.yml")
     assert response.status_code == 302
     assert Rule.objects.count() == len(yaml.safe_load(fixture.read_text())["rules"])
 
@@ -718,7 +915,7 @@ def test_download_is_the_current_fixture_and_round_trips(admin_client: Client, r
     assert response["Content-Disposition"] == 'attachment; filename="static_agents.yml"'
     first = response.content
     assert first.decode() == dump_fixture(export_document())
-    assert upload(admin_client, first, name="static_agents.yml").status_code == 302
+    assert replace(admin_client, first, name="static_agents.yml").status_code == 302
     assert admin_client.get(DOWNLOAD).content == first
 
 
@@ -766,5 +963,5 @@ def test_hostile_html_in_the_uploaded_file_name_is_escaped(
     response = upload(
         admin_client, NEW_RULES, name="<img src=x onerror=alert(1)>.yml", dry_run="on"
     )
-    html = admin_client.get(response["Location"]).content.decode()
+    html = response.content.decode()
     assert "<img src=x" not in html and "&lt;img src=x" in html

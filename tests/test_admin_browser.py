@@ -146,12 +146,14 @@ def test_an_invalid_query_regex_is_shown_on_the_query_field(as_curator: Browse) 
     assert Rule.objects.get(name="farewell").match_query == "(?i)bye"
 
 
-def upload(page: Page, name: str, text: str, mode: str = "replace") -> None:
+def upload(page: Page, name: str, text: str, mode: str = "merge", dry_run: bool = False) -> None:
     page.set_input_files(
         "#id_fixture",
         files=[{"name": name, "mimeType": "application/yaml", "buffer": text.encode()}],
     )
     page.check(f"input[name=mode][value={mode}]")
+    if dry_run:
+        page.check("#id_dry_run")
     with page.expect_navigation():
         page.click("input[name=_upload]")
 
@@ -172,8 +174,11 @@ def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(as_curator: B
             "more.yml",
             "rules:\n  - name: thanks\n    match: {query: thank}\n"
             "    response: {content: Welcome}\n",
-            mode="merge",
+            dry_run=True,
         )
+        assert page.locator("#upload-created li").all_inner_texts() == ["thanks"]
+        with page.expect_navigation():  # the dry run kept the file and the mode
+            page.click("#upload-run-form input[name=_run]")
         assert page.url.endswith("/admin/staticagents/rule/")
         assert messages(page) == [
             "Uploaded more.yml (merge): imported: 1 rule(s) created, 0 updated, 0 deleted."

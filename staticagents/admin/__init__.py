@@ -29,6 +29,7 @@ from staticagents.admin import views as admin_views
 from staticagents.admin.summaries import match_summary, response_summary
 from staticagents.core.reach import Shadow
 from staticagents.forms import (
+    EditStampForm,
     GrowingTextarea,
     OptionalJSONField,
     RuleForm,
@@ -166,6 +167,8 @@ class RuleAdmin(RuleAdminBase):
 
     def get_fieldsets(self, request: HttpRequest, obj: Rule | None = None) -> _FieldsetSpec:
         fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None:
+            fieldsets.append((None, {"fields": ["seen"], "classes": ["hidden"]}))
         if obj is None:
             fieldsets.append(("Place", {"fields": ["place"]}))
         return fieldsets
@@ -405,6 +408,7 @@ class SingletonAdmin(SingletonAdminBase):
     """A model with at most one row, pk=1: its list leads straight to that row."""
 
     formfield_overrides = BLANK_IS_ABSENT
+    form = EditStampForm
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return super().has_add_permission(request) and not self.model.objects.exists()
@@ -437,7 +441,7 @@ class SingletonAdmin(SingletonAdminBase):
 
 @admin.register(Defaults)
 class DefaultsAdmin(SingletonAdmin):
-    fields = ["confidence", "stream", "chaos"]
+    fields = ["confidence", "stream", "chaos", "seen"]
 
     def store(self, document: dict[str, Any] | None) -> None:
         set_defaults(document=document)
@@ -445,7 +449,7 @@ class DefaultsAdmin(SingletonAdmin):
 
 @admin.register(Fallback)
 class FallbackAdmin(SingletonAdmin):
-    fieldsets = RESPONSE_FIELDSETS
+    fieldsets = [*RESPONSE_FIELDSETS, (None, {"fields": ["seen"], "classes": ["hidden"]})]
 
     def store(self, document: dict[str, Any] | None) -> None:
         set_fallback(document=document)

@@ -27,7 +27,7 @@ from staticagents.document.files import dump_fixture
 from staticagents.forms import FixtureUploadForm
 from staticagents.models import Rule
 from staticagents.selectors import export_document
-from staticagents.services import MOVES, import_fixture, move_rule
+from staticagents.services import MOVES, ImportResult, import_fixture, move_rule
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -81,32 +81,66 @@ def upload_view(model_admin: ModelAdmin[Rule], request: HttpRequest) -> HttpResp
             return _import_upload(model_admin, request, form)
     else:
         form = FixtureUploadForm()
-    context: dict[str, Any] = {
+    context = _upload_context(model_admin, request, title="Upload a fixture", form=form)
+    return TemplateResponse(request, "admin/staticagents/rule/upload_fixture.html", context)
+
+
+def _upload_context(
+    model_admin: ModelAdmin[Rule], request: HttpRequest, **extra: Any
+) -> dict[str, Any]:
+    return {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,
-        "title": "Upload a fixture",
-        "form": form,
         "changelist_url": changelist_url(model_admin, request),
+        **extra,
     }
-    return TemplateResponse(request, "admin/staticagents/rule/upload_fixture.html", context)
 
 
 def _import_upload(
     model_admin: ModelAdmin[Rule], request: HttpRequest, form: FixtureUploadForm
 ) -> HttpResponse:
-    merge = form.cleaned_data["mode"] == "merge"
+    mode = form.cleaned_data["mode"]
+    merge = mode == "merge"
     # Replacing deletes every rule not in the file: that takes the right to delete.
     if not merge and not model_admin.has_delete_permission(request):
         raise PermissionDenied
+    document = form.cleaned_data["document"]
     dry_run = form.cleaned_data["dry_run"]
-    result = import_fixture(document=form.cleaned_data["fixture"], merge=merge, dry_run=dry_run)
-    mode = "merge" if merge else "replace"
-    if dry_run:
-        messages.info(
-            request, f"Dry run of {form.source_name} ({mode}): {result.summary()}. Nothing changed."
-        )
-    else:
-        messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
+    if dry_run or not (merge or form.cleaned_data["confirm"]):
+        result = import_fixture(document=document, merge=merge, dry_run=True)
+        return _preview(model_admin, request, form, result, confirming=not dry_run)
+    result = import_fixture(document=document, merge=merge)
+    messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
     for warning in result.warnings:
         messages.warning(request, f"{form.source_name}: {warning}.")
-    return HttpResponseRedirect(request.path if dry_run else changelist_url(model_admin, request))
+    return HttpResponseRedirect(changelist_url(model_admin, request))
+
+
+def _preview(
+    model_admin: ModelAdmin[Rule],
+    request: HttpRequest,
+    form: FixtureUploadForm,
+    result: ImportResult,
+    *,
+    confirming: bool,
+) -> HttpResponse:
+    """What the upload would do, by rule name, with a form that runs it for real: a dry
+    run's report, or the confirmation a replace needs (it lists the rules deleted)."""
+    mode = form.cleaned_data["mode"]
+    title = (
+        f"Replace the rules with {form.source_name}?"
+        if confirming
+        else f"Dry run of {form.source_name} ({mode})"
+    )
+    context = _upload_context(
+        model_admin,
+        request,
+        title=title,
+        confirming=confirming,
+        result=result,
+        mode=mode,
+        source_name=form.source_name,
+        staged=form.staged_token(),
+        upload_url=request.path,
+    )
+    return TemplateResponse(request, "admin/staticagents/rule/upload_preview.html", context)

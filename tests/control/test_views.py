@@ -344,6 +344,9 @@ def test_fixture_put_replaces_and_post_merges(control: httpx.Client) -> None:
         "unchanged": 0,
         "dry_run": False,
         "warnings": [],
+        "created_names": ["script"],
+        "updated_names": [],
+        "deleted_names": ["greeting"],
     }
     assert rule_names(control) == ["script"]
     merged = control.post("/fixture", content=json.dumps({"rules": [GREETING]}))
