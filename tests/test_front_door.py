@@ -98,7 +98,8 @@ def test_serve_names_the_admin_and_how_to_create_its_first_user(tmp_path: Path) 
     try:
         served.wait_for("createsuperuser")
         assert f"Admin: http://127.0.0.1:{port}/admin/" in served.output
-        assert "`static-agents createsuperuser`" in served.output
+        # started from the checkout's manage.py: the same entry point, hence the same database
+        assert "`python manage.py createsuperuser`" in served.output
         base = f"http://127.0.0.1:{port}"
         served.wait_for("Started server process")  # serve listens before it says so
         docs = httpx.get(f"{base}/api/docs/", timeout=30).text

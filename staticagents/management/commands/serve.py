@@ -18,6 +18,7 @@ import argparse
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -135,9 +136,12 @@ class Command(BaseCommand):
         """Where the admin is, and, until someone can log in to it, how to make its first user."""
         self.stdout.write(f"Admin: {base}admin/")
         if not User.objects.filter(is_staff=True, is_active=True).exists():
+            # The same entry point as this process: a checkout's manage.py and the installed
+            # command default to different databases.
+            run = "python manage.py" if Path(sys.argv[0]).name == "manage.py" else "static-agents"
             self.stdout.write(
-                "No one can log in to the admin yet: create its first user with "
-                "`static-agents createsuperuser`."
+                f"No one can log in to the admin yet: create its first user with "
+                f"`{run} createsuperuser`."
             )
 
     def load_fixture(self, path: str | None) -> None:
