@@ -60,6 +60,24 @@ class BrowserThread:
     def run(self, steps: Callable[[], T]) -> T:
         return self.pool.submit(steps).result(timeout=60)
 
+    def on_new_page(
+        self, base_url: str, steps: Callable[[Page], T], *, width: int = 1280, height: int = 900
+    ) -> T:
+        """Run ``steps`` on a page of a fresh browser context (no cookies), in this thread."""
+
+        def session() -> T:
+            context = self.browser.new_context(
+                base_url=base_url, viewport={"width": width, "height": height}
+            )
+            try:
+                page = context.new_page()
+                page.set_default_timeout(10_000)
+                return steps(page)
+            finally:
+                context.close()
+
+        return self.run(session)
+
     def close(self) -> None:
         self.run(self.browser.close)
         self.run(self.playwright.stop)
@@ -84,21 +102,15 @@ def as_curator(
     User.objects.create_superuser("curator", "curator@example.org", "correct horse")
 
     def browse(steps: Callable[[Page], T]) -> T:
-        def session() -> T:
-            context = chromium.browser.new_context(base_url=live_url)
-            try:
-                page = context.new_page()
-                page.set_default_timeout(10_000)
-                page.goto("/admin/login/")
-                page.fill("#id_username", "curator")
-                page.fill("#id_password", "correct horse")
-                with page.expect_navigation():
-                    page.click("input[type=submit]")
-                return steps(page)
-            finally:
-                context.close()
+        def logged_in(page: Page) -> T:
+            page.goto("/admin/login/")
+            page.fill("#id_username", "curator")
+            page.fill("#id_password", "correct horse")
+            with page.expect_navigation():
+                page.click("input[type=submit]")
+            return steps(page)
 
-        return chromium.run(session)
+        return chromium.on_new_page(live_url, logged_in)
 
     return browse
 

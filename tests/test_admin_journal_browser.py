@@ -89,7 +89,7 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
         seen["messages"] = page.locator("ul.messagelist li").all_inner_texts()
         return seen
 
-    seen = chromium.run(lambda: run_logged_out(chromium, live_url, steps))
+    seen = chromium.on_new_page(live_url, steps)
     assert seen["front"] == "Static Agents"
     assert seen["elsewhere"] == []  # no CDN, no validator badge: every asset is the service's
     assert (
@@ -107,18 +107,6 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
     assert ask(live_url) == "Rain in Paris, for once."
     for name in ("front-door", "api-docs", "journal-list", "journal-entry"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
-
-
-def run_logged_out(chromium: BrowserThread, live_url: str, steps: Any) -> Any:
-    context = chromium.browser.new_context(
-        base_url=live_url, viewport={"width": 1280, "height": 900}
-    )
-    try:
-        page = context.new_page()
-        page.set_default_timeout(10_000)
-        return steps(page)
-    finally:
-        context.close()
 
 
 @pytest.fixture(autouse=True)

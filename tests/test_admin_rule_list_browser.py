@@ -60,18 +60,7 @@ def test_a_curator_adds_a_rule_on_the_demo_that_lands_before_the_catch_all_and_a
         row = page.locator("#result_list tr", has=page.locator("th.field-name >> text=weather"))
         return [layout, page.evaluate(CUT_OFF)], listed_names(page), row.inner_text()
 
-    def session() -> tuple[list[dict[str, Any]], list[str], str]:
-        context = chromium.browser.new_context(
-            base_url=live_url, viewport={"width": 1280, "height": 900}
-        )
-        try:
-            page = context.new_page()
-            page.set_default_timeout(10_000)
-            return steps(page)
-        finally:
-            context.close()
-
-    layout, names, row = chromium.run(session)
+    layout, names, row = chromium.on_new_page(live_url, steps)
     assert layout == [{"cut": [], "overflow": 0}] * 2
     assert names[-2:] == ["weather", "echo"]
     assert 'contains "weather"' in row and "text" in row and "never" in row
