@@ -1,22 +1,20 @@
-"""Forms of the admin: JSON fields that may stay blank, the responses inline, the fixture upload."""
+"""Forms of the admin: a rule (kept from lost edits), its responses, the fixture upload."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
 from django.contrib.admin.models import LogEntry
-from django.contrib.admin.widgets import AdminTextareaWidget
 from django.contrib.contenttypes.models import ContentType
 from django.core import signing
 from django.core.exceptions import ValidationError
-from django.forms.fields import InvalidJSONInput
 
 from staticagents.document.files import load_fixture
 from staticagents.document.schema import DocumentInvalid
+from staticagents.fields import literals_field, suggestions_field, tool_calls_field
 from staticagents.models import Rule
 
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
@@ -24,32 +22,6 @@ MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 MAX_STAGED_BYTES = 1024 * 1024
 STAGED_SALT = "staticagents.upload.staged"
 STAGED_SECONDS = 60 * 60
-COMPACT_JSON_WIDTH = 60
-
-
-class GrowingTextarea(AdminTextareaWidget):
-    """A textarea tall enough for the text it holds (3 to 20 lines)."""
-
-    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
-        context: dict[str, Any] = super().get_context(name, value, attrs)
-        text = str(context["widget"]["value"] or "")
-        lines = sum(1 + len(line) // 90 for line in text.splitlines())
-        context["widget"]["attrs"]["rows"] = min(max(3, lines), 20)
-        return context
-
-
-class OptionalJSONField(forms.JSONField):
-    """JSON shown blank when absent (not ``null``), and indented when it is long."""
-
-    def prepare_value(self, value: Any) -> Any:
-        if value is None:
-            return ""
-        if isinstance(value, InvalidJSONInput):
-            return value  # what the user typed, to correct
-        compact = json.dumps(value, ensure_ascii=False, cls=self.encoder)
-        if len(compact) <= COMPACT_JSON_WIDTH:
-            return compact
-        return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
 
 
 AUTO_PLACE = ("auto", "Before the first rule that would shadow it (else last)")
@@ -135,6 +107,8 @@ class RuleForm(EditStampForm):
     """A rule; a new one also says where it goes among the others (the admin names the
     model and its fields)."""
 
+    match_contains = literals_field()
+
     place = forms.ChoiceField(
         choices=[AUTO_PLACE],
         required=False,
@@ -142,6 +116,21 @@ class RuleForm(EditStampForm):
         help_text="A rule placed after one that matches every question it matches never "
         "answers; the first choice avoids that.",
     )
+
+
+class RuleResponseForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A response of a rule: tool calls and suggestions typed in rows (the inline names the
+    model and its fields)."""
+
+    tool_calls = tool_calls_field()
+    suggestions = suggestions_field()
+
+
+class FallbackForm(EditStampForm):
+    """The fallback response: tool calls and suggestions typed in rows, as in a rule's."""
+
+    tool_calls = tool_calls_field()
+    suggestions = suggestions_field()
 
 
 class RuleResponseFormSet(forms.BaseInlineFormSet):  # type: ignore[type-arg]

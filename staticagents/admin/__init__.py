@@ -26,13 +26,15 @@ from django.utils.timezone import localtime
 
 from staticagents.admin import journal, trying
 from staticagents.admin import views as admin_views
+from staticagents.admin.errors import ErrorBannerMixin
 from staticagents.admin.summaries import match_summary, response_summary
 from staticagents.core.reach import Shadow
+from staticagents.fields import CodeTextarea, GrowingTextarea, OptionalJSONField
 from staticagents.forms import (
     EditStampForm,
-    GrowingTextarea,
-    OptionalJSONField,
+    FallbackForm,
     RuleForm,
+    RuleResponseForm,
     RuleResponseFormSet,
     place_choices,
 )
@@ -72,7 +74,7 @@ MOVE_LABELS = {
 # Blank text means "not set" (absent in the fixture), never an empty string.
 BLANK_IS_ABSENT: dict[type[models.Field[Any, Any]], dict[str, Any]] = {
     models.TextField: {"widget": GrowingTextarea, "empty_value": None},
-    models.JSONField: {"form_class": OptionalJSONField, "widget": GrowingTextarea},
+    models.JSONField: {"form_class": OptionalJSONField, "widget": CodeTextarea},
 }
 RESPONSE_FIELDSETS: _FieldsetSpec = [
     (
@@ -110,6 +112,7 @@ RESPONSE_FIELDSETS: _FieldsetSpec = [
 
 class RuleResponseInline(ResponseInlineBase):
     model = RuleResponse
+    form = RuleResponseForm
     formset = RuleResponseFormSet
     verbose_name = "response"
     verbose_name_plural = "responses (sent in position order, one per match)"
@@ -122,7 +125,7 @@ class RuleResponseInline(ResponseInlineBase):
 
 
 @admin.register(Rule)
-class RuleAdmin(RuleAdminBase):
+class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
     inlines = [RuleResponseInline]
     form = RuleForm
     list_display_links = ["name"]
@@ -404,7 +407,7 @@ def first_and_last_rule() -> tuple[int | None, int | None]:
     )
 
 
-class SingletonAdmin(SingletonAdminBase):
+class SingletonAdmin(ErrorBannerMixin, SingletonAdminBase):
     """A model with at most one row, pk=1: its list leads straight to that row."""
 
     formfield_overrides = BLANK_IS_ABSENT
@@ -449,6 +452,7 @@ class DefaultsAdmin(SingletonAdmin):
 
 @admin.register(Fallback)
 class FallbackAdmin(SingletonAdmin):
+    form = FallbackForm
     fieldsets = [*RESPONSE_FIELDSETS, (None, {"fields": ["seen"], "classes": ["hidden"]})]
 
     def store(self, document: dict[str, Any] | None) -> None:
