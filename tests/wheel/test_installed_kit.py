@@ -72,7 +72,12 @@ def test_the_kit_is_the_installed_wheel(request: pytest.FixtureRequest) -> None:
     plugin = request.config.pluginmanager.get_plugin("static_agents")  # the pytest11 name
     assert plugin is not None and plugin.__name__ == "staticagents.testing.plugin"
     package = resources.files("staticagents")
-    for bundled in ("data/demo.yml", "templates/admin/staticagents/rule/change_list.html"):
+    for bundled in (
+        "data/demo.yml",
+        "templates/admin/staticagents/rule/change_list.html",
+        "templates/staticagents/widgets/items.html",
+        "static/staticagents/edit.css",
+    ):
         assert package.joinpath(bundled).is_file(), bundled
 
 
