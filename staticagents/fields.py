@@ -153,7 +153,8 @@ class Column:
             return value in self.choices
         if self.kind == "number":
             return isinstance(value, int) and not isinstance(value, bool)
-        return isinstance(value, str) and bool(value) and value == value.strip() and "\n" not in value
+        # a text input holds one line, and its surrounding spaces are not kept
+        return isinstance(value, str) and value == value.strip() != "" and "\n" not in value
 
     def show(self, value: Any) -> str:
         return json_text(value) if self.kind == "json" else str(value)
@@ -208,6 +209,7 @@ class ItemsWidget(forms.Widget):
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context: dict[str, Any] = super().get_context(name, None, attrs)
         typed = value if isinstance(value, ItemsInput) else ItemsInput((), "")
+        filled = [row for row in typed.rows if any(text.strip() for text in row.values())]
         blank = {column.key: "" for column in self.columns}
         field_id = context["widget"]["attrs"].get("id", "")
         context["widget"].update(
@@ -226,7 +228,7 @@ class ItemsWidget(forms.Widget):
                     }
                     for column in self.columns
                 ]
-                for index, row in enumerate([*typed.rows, blank])
+                for index, row in enumerate([*filled, blank])
             ],
         )
         return context
@@ -331,7 +333,7 @@ def suggestions_field() -> ItemsField:
 def literals_field() -> LiteralsField:
     return LiteralsField(
         required=False,
-        label="contains",
+        label="Contains",
         help_text="Text the question must contain: one literal, or one per line (all must "
         'occur); surrounding spaces are ignored. A JSON list (["a", "b"]) also works.',
     )

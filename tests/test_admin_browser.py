@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -61,13 +63,21 @@ class BrowserThread:
         return self.pool.submit(steps).result(timeout=60)
 
     def on_new_page(
-        self, base_url: str, steps: Callable[[Page], T], *, width: int = 1280, height: int = 900
+        self,
+        base_url: str,
+        steps: Callable[[Page], T],
+        *,
+        width: int = 1280,
+        height: int = 900,
+        javascript: bool = True,
     ) -> T:
         """Run ``steps`` on a page of a fresh browser context (no cookies), in this thread."""
 
         def session() -> T:
             context = self.browser.new_context(
-                base_url=base_url, viewport={"width": width, "height": height}
+                base_url=base_url,
+                viewport={"width": width, "height": height},
+                java_script_enabled=javascript,
             )
             try:
                 page = context.new_page()
@@ -115,6 +125,18 @@ def as_curator(
     return browse
 
 
+def screenshot(page: Page, directory: Path, name: str, *, full_page: bool = True) -> Path:
+    """Save the page as ``name``.png in ``directory`` (the test's temporary directory, kept
+    by CI), and as well in $STATIC_AGENTS_SCREENSHOT_DIR when set (the README's images)."""
+    path = directory / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    also = os.environ.get("STATIC_AGENTS_SCREENSHOT_DIR")
+    if also:
+        Path(also).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(also) / path.name)
+    return path
+
+
 def listed_names(page: Page) -> list[str]:
     return page.locator("#result_list tbody th.field-name a").all_inner_texts()
 
@@ -126,14 +148,16 @@ def messages(page: Page) -> list[str]:
 Browse = Callable[[Callable[[Page], object]], object]
 
 
-def test_a_curator_logs_in_and_moves_a_rule_down(as_curator: Browse) -> None:
+def test_a_curator_logs_in_and_moves_a_rule_down(as_curator: Browse, tmp_path: Path) -> None:
     def steps(page: Page) -> None:
         assert page.locator("#site-name").inner_text() == "Static Agents"
+        screenshot(page, tmp_path, "admin-index")
         with page.expect_navigation():
             page.click("#content-main a[href='/admin/staticagents/rule/']")
         assert listed_names(page) == ["greet", "farewell", "catch-all"]
         with page.expect_navigation():
             page.click('button[aria-label="Move down one place: greet"]')
+        screenshot(page, tmp_path, "rule-moved-down")
         assert listed_names(page) == ["farewell", "greet", "catch-all"]
         assert messages(page) == ["“greet” is now rule #2."]
 
@@ -142,7 +166,9 @@ def test_a_curator_logs_in_and_moves_a_rule_down(as_curator: Browse) -> None:
     assert names == ["farewell", "greet", "catch-all"]
 
 
-def test_an_invalid_query_regex_is_shown_on_the_query_field(as_curator: Browse) -> None:
+def test_an_invalid_query_regex_is_shown_on_the_query_field(
+    as_curator: Browse, tmp_path: Path
+) -> None:
     def steps(page: Page) -> None:
         page.goto("/admin/staticagents/rule/")
         with page.expect_navigation():
@@ -150,6 +176,7 @@ def test_an_invalid_query_regex_is_shown_on_the_query_field(as_curator: Browse) 
         page.fill("#id_match_query", "(?i)bye(")
         with page.expect_navigation():
             page.click("input[name=_save]")
+        screenshot(page, tmp_path, "invalid-query-regex")
         error = page.locator(".form-row.field-match_query .errorlist")
         assert "invalid regex" in error.inner_text()
         assert page.locator("#id_match_query").input_value() == "(?i)bye("
@@ -170,7 +197,9 @@ def upload(page: Page, name: str, text: str, mode: str = "merge", dry_run: bool 
         page.click("input[name=_upload]")
 
 
-def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(as_curator: Browse) -> None:
+def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(
+    as_curator: Browse, tmp_path: Path
+) -> None:
     def steps(page: Page) -> None:
         page.goto("/admin/staticagents/rule/")
         with page.expect_navigation():
@@ -178,6 +207,7 @@ def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(as_curator: B
         upload(
             page, "broken.yml", "rules:\n  - name: x\n    match: {query: '('}\n    response: {}\n"
         )
+        screenshot(page, tmp_path, "upload-errors")
         errors = page.locator(".field-fixture .errorlist li").all_inner_texts()
         assert len(errors) == 1
         assert errors[0].startswith("broken.yml:3: rules[0].match.query: invalid regex")
@@ -188,6 +218,7 @@ def test_a_curator_uploads_a_fixture_after_fixing_the_errors_shown(as_curator: B
             "    response: {content: Welcome}\n",
             dry_run=True,
         )
+        screenshot(page, tmp_path, "upload-dry-run")
         assert page.locator("#upload-created li").all_inner_texts() == ["thanks"]
         with page.expect_navigation():  # the dry run kept the file and the mode
             page.click("#upload-run-form input[name=_run]")
@@ -215,17 +246,17 @@ def test_a_curator_tries_a_question_from_the_list_and_from_a_rules_page(
             page.click("#try-form input[type=submit]")
         answered = page.locator("#try-answered-by").inner_text()
         refused = page.locator("#try-refused tbody tr").all_inner_texts()
-        page.screenshot(path=str(tmp_path / "try-it.png"), full_page=True)
+        screenshot(page, tmp_path, "try-it-bye")
         # A rule's page links the same form, filled in with a question that rule answers.
         with page.expect_navigation():
             page.click("#try-refused tbody a")
         with page.expect_navigation():
             page.click("a.try-rule")
-        page.screenshot(path=str(tmp_path / "try-it-from-a-rule.png"), full_page=True)
+        screenshot(page, tmp_path, "try-it-from-a-rule")
         return answered, refused, page.locator("#try-preview").inner_text()
 
     answered, refused, preview = as_curator(steps)  # type: ignore[misc]
     assert answered.strip() == "Answered by rule farewell."
     assert len(refused) == 1 and refused[0].startswith("greet\tquery\t")
     assert preview.strip() == "Hello there"  # greet's page asks "hello"
-    assert (tmp_path / "try-it.png").stat().st_size > 0
+    assert (tmp_path / "try-it-bye.png").stat().st_size > 0

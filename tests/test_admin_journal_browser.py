@@ -13,7 +13,7 @@ from playwright.sync_api import Page
 from staticagents.document.files import load_fixture
 from staticagents.models import Rule
 from staticagents.services import import_fixture
-from tests.test_admin_browser import BrowserThread
+from tests.test_admin_browser import BrowserThread, screenshot
 from tests.test_admin_browser import chromium as chromium  # the browser, as a fixture
 
 RULES = """
@@ -55,12 +55,12 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
         )
         page.goto("/")
         seen["front"] = page.locator("h1").inner_text()
-        page.screenshot(path=str(tmp_path / "front-door.png"), full_page=True)
+        screenshot(page, tmp_path, "front-door")
         with page.expect_navigation():
             page.click("#link-docs")
         page.wait_for_selector(".opblock")  # Swagger UI drew the operations from the schema
         seen["documented"] = page.locator(".opblock-summary-path").all_inner_texts()
-        page.screenshot(path=str(tmp_path / "api-docs.png"))
+        screenshot(page, tmp_path, "api-docs", full_page=False)
         page.go_back()
         with page.expect_navigation():
             page.click("#link-admin")
@@ -72,17 +72,18 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
         with page.expect_navigation():
             page.click("#changelist-filter a:text-is('fallback')")
         seen["listed"] = page.locator("#result_list tbody td.field-query_preview").all_inner_texts()
-        page.screenshot(path=str(tmp_path / "journal-list.png"), full_page=True)
+        screenshot(page, tmp_path, "journal-fallbacks")
         with page.expect_navigation():
             page.click("#result_list tbody th.field-created_at a")
         seen["diagnosis"] = page.locator("table.journal-diagnosis tbody tr").all_inner_texts()
-        page.screenshot(path=str(tmp_path / "journal-entry.png"), full_page=True)
+        screenshot(page, tmp_path, "journal-fallback-entry")
         with page.expect_navigation():
             page.click("a.create-rule")
         seen["prefilled"] = {
             field: page.locator(f"#id_{field}").input_value()
             for field in ("match_agent_type", "match_query", "match_dialect")
         }
+        screenshot(page, tmp_path, "rule-from-journal-entry")
         page.fill("#id_responses-0-content", "Rain in Paris, for once.")
         with page.expect_navigation():
             page.click("input[name=_save]")
@@ -105,7 +106,7 @@ def test_a_curator_turns_a_fallback_from_the_journal_into_a_rule_that_answers_it
     assert any("was added successfully" in text for text in seen["messages"])
     assert Rule.objects.filter(match_query=r"^What is the weather in Paris\?$").exists()
     assert ask(live_url) == "Rain in Paris, for once."
-    for name in ("front-door", "api-docs", "journal-list", "journal-entry"):
+    for name in ("front-door", "api-docs", "journal-fallbacks", "journal-fallback-entry"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
 
 

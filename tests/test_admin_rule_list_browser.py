@@ -15,7 +15,7 @@ from staticagents.document.files import load_fixture
 from staticagents.models import Rule
 from staticagents.services import import_fixture
 from tests import test_admin_browser
-from tests.test_admin_browser import BrowserThread, listed_names
+from tests.test_admin_browser import BrowserThread, listed_names, screenshot
 from tests.test_admin_rule_list import journal
 
 chromium = test_admin_browser.chromium  # the module's browser, shared fixture
@@ -48,15 +48,16 @@ def test_a_curator_adds_a_rule_on_the_demo_that_lands_before_the_catch_all_and_a
         with page.expect_navigation():
             page.click("input[type=submit]")
         layout = page.evaluate(CUT_OFF)
-        page.screenshot(path=str(tmp_path / "rule-list.png"), full_page=True)
+        screenshot(page, tmp_path, "rule-list-busy")
         with page.expect_navigation():
             page.click(".object-tools a.addlink")
+        screenshot(page, tmp_path, "rule-add-form")
         page.fill("#id_name", "weather")
-        page.fill("#id_match_contains", '"weather"')
+        page.fill("#id_match_contains", "weather")
         page.fill("#id_responses-0-content", "Sunny all week.")
         with page.expect_navigation():
             page.click("input[name=_save]")
-        page.screenshot(path=str(tmp_path / "rule-added.png"), full_page=True)
+        screenshot(page, tmp_path, "rule-added")
         row = page.locator("#result_list tr", has=page.locator("th.field-name >> text=weather"))
         return [layout, page.evaluate(CUT_OFF)], listed_names(page), row.inner_text()
 
@@ -64,7 +65,7 @@ def test_a_curator_adds_a_rule_on_the_demo_that_lands_before_the_catch_all_and_a
     assert layout == [{"cut": [], "overflow": 0}] * 2
     assert names[-2:] == ["weather", "echo"]
     assert 'contains "weather"' in row and "text" in row and "never" in row
-    assert (tmp_path / "rule-list.png").stat().st_size > 0
+    assert (tmp_path / "rule-list-busy.png").stat().st_size > 0
     assert (tmp_path / "rule-added.png").stat().st_size > 0
 
     client = openai.OpenAI(base_url=f"{live_url}/v1", api_key="any", max_retries=0)
