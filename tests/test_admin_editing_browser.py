@@ -95,6 +95,28 @@ def test_a_curator_gives_a_rule_a_tool_call_without_json_and_without_javascript(
     assert json.loads(call.function.arguments) == {"city": "Paris", "days": 2}  # type: ignore[union-attr]
 
 
+def test_a_response_added_with_javascript_takes_its_tool_call_from_the_rows(
+    curators: str, chromium: BrowserThread, tmp_path: Path
+) -> None:
+    def steps(page: Page) -> None:
+        log_in(page, "curator", "/admin/staticagents/rule/")
+        open_rule(page, "farewell")
+        page.click("#responses-group .add-row a")  # the admin's script copies the blank form
+        page.fill("#id_responses-1-content", "Looking it up")
+        page.fill("#id_responses-1-tool_calls-0-name", "lookup")
+        page.fill("#id_responses-1-tool_calls-0-arguments", '{"topic": "trains"}')
+        screenshot(page, tmp_path, "edit-form-response-added")
+        save(page)
+        screenshot(page, tmp_path, "rule-list-response-added")
+
+    chromium.on_new_page(curators, steps)
+    responses = RuleResponse.objects.filter(rule__name="farewell").order_by("position")
+    assert [(r.content, r.tool_calls) for r in responses] == [
+        ("Goodbye", None),
+        ("Looking it up", [{"name": "lookup", "arguments": {"topic": "trains"}}]),
+    ]
+
+
 def test_the_error_banner_links_the_first_field_in_error_without_javascript(
     curators: str, chromium: BrowserThread, tmp_path: Path
 ) -> None:
