@@ -30,9 +30,11 @@ def parse_json(text: str) -> Any:
     except json.JSONDecodeError as exc:
         raise ValidationError(
             "line %(line)s, column %(column)s: %(problem)s",
-            code="invalid",
+            code="invalid_json",
             params={"line": exc.lineno, "column": exc.colno, "problem": exc.msg},
         ) from None
+    except RecursionError:
+        raise ValidationError("nested too deeply", code="invalid_json") from None
 
 
 def json_text(value: Any) -> str:
@@ -79,6 +81,12 @@ class OptionalJSONField(forms.JSONField):
             parse_json(value)  # raises with the position; Django's own error has none
         return super().to_python(value)
 
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:  # Django's own reading catches only syntax errors
+            return InvalidJSONInput(data)
+
     def prepare_value(self, value: Any) -> Any:
         if value is None:
             return ""
@@ -111,10 +119,10 @@ class LiteralsField(forms.Field):
             return None
         if text[0] in '["':
             try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError:
+                parsed = parse_json(text)
+            except ValidationError:
                 if text.startswith('["'):  # meant as a JSON list: say where it breaks
-                    parse_json(text)
+                    raise
             else:
                 if isinstance(parsed, str | list):
                     return parsed

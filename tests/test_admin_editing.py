@@ -75,6 +75,14 @@ def test_contains_still_reads_a_json_list_or_string() -> None:
     assert read_literals('"weather"') == "weather"
 
 
+def test_contains_nested_too_deeply_as_a_json_list_is_refused() -> None:
+    with pytest.raises(ValidationError) as caught:
+        read_literals('["' + "[" * 100_000)
+    assert caught.value.messages[0].startswith("line 1, column ")
+    with pytest.raises(ValidationError, match="nested too deeply"):
+        read_literals('["a", ' + "[" * 100_000 + "]" * 100_000 + "]")
+
+
 def test_contains_blank_is_absent() -> None:
     assert read_literals(" \n ") is None
 
@@ -364,3 +372,18 @@ def test_an_error_of_no_field_is_shown_under_the_banner(admin_client: Client, ru
         '<a href="#responses-group" class="first-error">'
         "Responses (sent in position order, one per match)</a>."
     )
+
+
+def test_json_nested_too_deeply_is_a_clear_error_not_a_crash(
+    admin_client: Client, rules: None
+) -> None:
+    url = change_url("greet")
+    deep = "[" * 100_000 + "]" * 100_000
+    data = change_form_data(admin_client, url)
+    data |= {"match_context": deep, "responses-0-tool_calls": deep}
+    response = admin_client.post(url, data)
+    assert response.status_code == 200
+    form = response.context["adminform"].form
+    assert form.errors["match_context"] == ["nested too deeply"]
+    inline = response.context["inline_admin_formsets"][0].formset.forms[0]
+    assert inline.errors["tool_calls"] == ["nested too deeply"]

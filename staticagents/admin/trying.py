@@ -25,6 +25,7 @@ from markdown_it import MarkdownIt
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import RuleVerdict, explain_inquiry
 from staticagents.core.replies import Reply, Step, build_reply
+from staticagents.fields import parse_json
 from staticagents.models import Rule
 from staticagents.replying.snapshot import active_ruleset
 
@@ -67,13 +68,7 @@ class TryRuleForm(forms.Form):
         text = self.cleaned_data["context"].strip()
         if not text:
             return None
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            message = f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            raise ValidationError(message, code="invalid_json") from None
-        except RecursionError:
-            raise ValidationError("nested too deeply", code="invalid_json") from None
+        value = parse_json(text)
         if not isinstance(value, dict):
             raise ValidationError("must be a JSON object", code="type")
         return value
