@@ -105,11 +105,6 @@ class LiteralsField(forms.Field):
 
     widget = CodeTextarea
 
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.pop("encoder", None)  # passed by a model JSONField's formfield()
-        kwargs.pop("decoder", None)
-        super().__init__(**kwargs)
-
     def bound_data(self, data: Any, initial: Any) -> Any:
         return Typed(data or "")
 
@@ -247,8 +242,6 @@ class ItemsField(forms.Field):
     every item fits them exactly; anything else is shown, and kept, as JSON."""
 
     def __init__(self, *, columns: tuple[Column, ...], noun: str, **kwargs: Any) -> None:
-        kwargs.pop("encoder", None)  # passed by a model JSONField's formfield()
-        kwargs.pop("decoder", None)
         kwargs["widget"] = ItemsWidget(columns, noun)
         super().__init__(**kwargs)
         self.columns = columns
