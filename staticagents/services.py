@@ -131,15 +131,20 @@ def _rules_named(verb: str, names: Collection[str]) -> str:
     return f"{verb} {len(names)} rules: {', '.join(names)}"
 
 
-def restore_version(*, number: int, by: str = COMMAND) -> ImportResult:
+def restore_version(*, number: int, by: str = COMMAND) -> int | None:
     """Replace the ruleset with version ``number``'s document, as a fixture replace does; the
-    change is a version of its own ("restored version N"), unless it changes nothing."""
-    version = ruleset_version(number)
-    if version is None:
-        raise RulesetVersion.DoesNotExist(f"no version {number} is kept")
-    # Validated again: the schema may have grown stricter since the version was kept.
-    document = validate_document(version.document())
-    return _import(document, merge=False, by=by, what=f"restored version {number}")
+    change is a version of its own ("restored version N"), whose number is returned; None when
+    the rules are that version's already (nothing changes, no version is kept)."""
+    with transaction.atomic():
+        version = ruleset_version(number)
+        if version is None:
+            raise RulesetVersion.DoesNotExist(f"no version {number} is kept")
+        # Validated again: the schema may have grown stricter since the version was kept.
+        document = validate_document(version.document())
+        _, changed = _import(document, merge=False, by=by, what=f"restored version {number}")
+        if not changed:
+            return None
+        return RulesetState.objects.values_list("version", flat=True).get(pk=1)
 
 
 # -- fixtures -------------------------------------------------------------------
@@ -157,13 +162,15 @@ def import_fixture(
     mode = "merge" if merge else "replace"
     count = len(document["rules"])
     what = f"imported {count} rule{'' if count == 1 else 's'} ({mode})"
-    return _import(document, merge=merge, dry_run=dry_run, by=by, what=what)
+    result, _ = _import(document, merge=merge, dry_run=dry_run, by=by, what=what)
+    return result
 
 
 def _import(
     document: dict[str, Any], *, merge: bool, by: str, what: str, dry_run: bool = False
-) -> ImportResult:
-    result = ImportResult(0, 0, 0, dry_run)
+) -> tuple[ImportResult, bool]:
+    """``import_fixture``, recorded as ``what``; also says whether the rules changed."""
+    result, changed = ImportResult(0, 0, 0, dry_run), False
     # A replace's rows are made before the transaction: SQLite's write lock, which every
     # reply's journal row waits for, is then held only while the statements run.
     made = None if merge else [_rule_rows(doc, i) for i, doc in enumerate(document["rules"])]
@@ -183,8 +190,8 @@ def _import(
             if changed:  # a replace by the very rules stored changes nothing
                 _bump_version(by=by, what=what, written=written)
     except DryRunRollback:
-        pass  # the counts and warnings of what would have been
-    return result
+        changed = False  # the counts and warnings are of what would have been
+    return result, changed
 
 
 def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportResult, bool]:

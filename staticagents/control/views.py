@@ -58,6 +58,7 @@ from staticagents.selectors import (
     stored_rule,
 )
 from staticagents.services import (
+    CONTROL_API,
     clear_journal,
     create_rule,
     delete_rule,
@@ -165,6 +166,13 @@ class ControlView(APIView):
         return response
 
 
+def writer(request: Request) -> str:
+    """Who writes, as the ruleset's history names them: a staff user by name, else the token's
+    holder, "control API"."""
+    user = request.user
+    return CONTROL_API if isinstance(user, ControlClient) else str(user.get_username())
+
+
 def reject_unknown_params(request: Request, known: set[str]) -> None:
     unknown = sorted(set(request.query_params) - known)
     if unknown:
@@ -228,7 +236,7 @@ class RulesView(ControlView):
     def post(self, request: Request) -> Response:
         reject_unknown_params(request, {"place"})
         place = request.query_params.get("place") or "auto"
-        rule = create_rule(document=rule_document(request.data), place=place)
+        rule = create_rule(document=rule_document(request.data), place=place, by=writer(request))
         headers = {"Location": f"{request.path.rstrip('/')}/{rule.name}"}
         return Response(rule.document(), status=201, headers=headers)
 
@@ -247,14 +255,15 @@ class RuleView(ControlView):
         return Response(_rule(name))
 
     def put(self, request: Request, name: str) -> Response:
-        return Response(update_rule(name=name, document=rule_document(request.data)).document())
+        document = rule_document(request.data)
+        return Response(update_rule(name=name, document=document, by=writer(request)).document())
 
     def patch(self, request: Request, name: str) -> Response:
         document = rule_document(patched_rule(_rule(name), request.data))
-        return Response(update_rule(name=name, document=document).document())
+        return Response(update_rule(name=name, document=document, by=writer(request)).document())
 
     def delete(self, request: Request, name: str) -> Response:
-        delete_rule(name=name)
+        delete_rule(name=name, by=writer(request))
         return Response(status=204)
 
 
@@ -272,7 +281,8 @@ class ReorderRulesView(ControlView):
 
     def post(self, request: Request) -> Response:
         names = serializers.ListField(child=serializers.CharField(), allow_empty=False)
-        return Response({"rules": reorder_rules(names=names.run_validation(request.data))})
+        order = reorder_rules(names=names.run_validation(request.data), by=writer(request))
+        return Response({"rules": order})
 
 
 # -- defaults ---------------------------------------------------------------------
@@ -285,13 +295,14 @@ class DefaultsView(ControlView):
         return Response(stored_document()["defaults"])
 
     def put(self, request: Request) -> Response:
-        return self._store(request.data)
+        return self._store(request, request.data)
 
     def patch(self, request: Request) -> Response:
-        return self._store(merge_patch(stored_document()["defaults"], request.data))
+        return self._store(request, merge_patch(stored_document()["defaults"], request.data))
 
-    def _store(self, data: Any) -> Response:
-        set_defaults(document=schema.validate_part(schema.DefaultsSpec, data, "defaults"))
+    def _store(self, request: Request, data: Any) -> Response:
+        document = schema.validate_part(schema.DefaultsSpec, data, "defaults")
+        set_defaults(document=document, by=writer(request))
         return Response(stored_document()["defaults"])
 
 
@@ -332,7 +343,9 @@ class FixtureView(ControlView):
         with collection_paused():
             document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
             with compiled_before_commit():  # replies keep the old snapshot while this compiles
-                result = import_fixture(document=document, merge=merge, dry_run=dry_run)
+                result = import_fixture(
+                    document=document, merge=merge, dry_run=dry_run, by=writer(request)
+                )
         session = request.query_params.get("session")
         if session and not dry_run:  # the testing kit's session starts afresh with the rules
             reset_session(session=session)
