@@ -115,7 +115,10 @@ def _in_order(places: list[int]) -> set[int]:
 
 def _rule_fields(old: dict[str, Any] | None, new: dict[str, Any] | None) -> tuple[FieldChange, ...]:
     single = max(len(_responses(old)), len(_responses(new))) == 1
-    return _field_changes(_flat(old, single), _flat(new, single))
+    changes = _field_changes(_flat(old, single), _flat(new, single))
+    if old is None or new is None:  # a rule added or removed: "enabled" only when it is not
+        return tuple(c for c in changes if not (c.field == "enabled" and True in (c.old, c.new)))
+    return changes
 
 
 def _flat(rule: dict[str, Any] | None, single: bool = True) -> dict[str, Any]:
