@@ -77,14 +77,14 @@ COMMAND = "command"  # a management command, or any code calling a service itsel
 # -- the ruleset version --------------------------------------------------------
 
 
-def _bump_version(*, by: str, what: str, written: Iterable[_RuleRows] = ()) -> None:
+def _bump_version(*, by: str, what: str, written: Iterable[_RuleRows] = ()) -> int:
     """Record that the rules changed; every worker rebuilds its snapshot on its next request.
 
     Each service below calls it once, last in its transaction: workers see the
     new version and the new rules together, when the transaction commits. The
     version is kept in the history with ``by`` and ``what`` (``written``: the
     rows of the rules the service wrote from documents, whose documents need
-    no reading back).
+    no reading back). Returns the new version's number.
     """
     updated = RulesetState.objects.filter(pk=1).update(
         version=F("version") + 1, stamp=RulesetState.new_stamp()
@@ -93,7 +93,7 @@ def _bump_version(*, by: str, what: str, written: Iterable[_RuleRows] = ()) -> N
         RulesetState.objects.get_or_create(
             pk=1, defaults={"version": 1, "stamp": RulesetState.new_stamp()}
         )
-    _record_version(by=by, what=what, written=written)
+    return _record_version(by=by, what=what, written=written)
 
 
 # The documents of the rules of the last version this process recorded, by digest: rules
@@ -102,7 +102,7 @@ def _bump_version(*, by: str, what: str, written: Iterable[_RuleRows] = ()) -> N
 _recorded: dict[str, dict[str, Any]] = {}
 
 
-def _record_version(*, by: str, what: str, written: Iterable[_RuleRows]) -> None:
+def _record_version(*, by: str, what: str, written: Iterable[_RuleRows]) -> int:
     """Keep the ruleset as it is now, as the version just bumped to; drop the oldest versions
     beyond ``STATIC_AGENTS_VERSIONS_KEEP``."""
     global _recorded
@@ -118,6 +118,7 @@ def _record_version(*, by: str, what: str, written: Iterable[_RuleRows]) -> None
     RulesetVersion.objects.filter(
         number__lte=number - settings.STATIC_AGENTS_VERSIONS_KEEP
     ).delete()
+    return number
 
 
 def _shortened(text: str, length: int) -> str:
@@ -135,16 +136,13 @@ def restore_version(*, number: int, by: str = COMMAND) -> int | None:
     """Replace the ruleset with version ``number``'s document, as a fixture replace does; the
     change is a version of its own ("restored version N"), whose number is returned; None when
     the rules are that version's already (nothing changes, no version is kept)."""
-    with transaction.atomic():
-        version = ruleset_version(number)
-        if version is None:
-            raise RulesetVersion.DoesNotExist(f"no version {number} is kept")
-        # Validated again: the schema may have grown stricter since the version was kept.
-        document = validate_document(version.document())
-        _, changed = _import(document, merge=False, by=by, what=f"restored version {number}")
-        if not changed:
-            return None
-        return RulesetState.objects.values_list("version", flat=True).get(pk=1)
+    version = ruleset_version(number)
+    if version is None:
+        raise RulesetVersion.DoesNotExist(f"no version {number} is kept")
+    # Validated again: the schema may have grown stricter since the version was kept.
+    document = validate_document(version.document())
+    _, made = _import(document, merge=False, by=by, what=f"restored version {number}")
+    return made
 
 
 # -- fixtures -------------------------------------------------------------------
@@ -168,9 +166,10 @@ def import_fixture(
 
 def _import(
     document: dict[str, Any], *, merge: bool, by: str, what: str, dry_run: bool = False
-) -> tuple[ImportResult, bool]:
-    """``import_fixture``, recorded as ``what``; also says whether the rules changed."""
-    result, changed = ImportResult(0, 0, 0, dry_run), False
+) -> tuple[ImportResult, int | None]:
+    """``import_fixture``, kept in the history as ``what``; also the number of the version it
+    made (None: nothing changed)."""
+    result, number = ImportResult(0, 0, 0, dry_run), None
     # A replace's rows are made before the transaction: SQLite's write lock, which every
     # reply's journal row waits for, is then held only while the statements run.
     made = None if merge else [_rule_rows(doc, i) for i, doc in enumerate(document["rules"])]
@@ -188,10 +187,10 @@ def _import(
             if dry_run:
                 raise DryRunRollback
             if changed:  # a replace by the very rules stored changes nothing
-                _bump_version(by=by, what=what, written=written)
+                number = _bump_version(by=by, what=what, written=written)
     except DryRunRollback:
-        changed = False  # the counts and warnings are of what would have been
-    return result, changed
+        pass  # the counts and warnings of what would have been
+    return result, number
 
 
 def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportResult, bool]:
