@@ -265,11 +265,16 @@ def test_admin_moves_bulk_actions_deletes_and_defaults_are_kept_by_the_curator(
     catch_all = Rule.objects.get(name="catch-all").pk
     admin_client.post(f"/admin/staticagents/rule/{catch_all}/delete/", {"post": "yes"})
     admin_client.post("/admin/staticagents/defaults/1/change/", {"confidence": "low"})
+    admin_client.post(
+        "/admin/staticagents/rule/",
+        {"action": "delete_selected", "_selected_action": [greet], "post": "yes"},
+    )
     assert [(v.by, v.what) for v in versions() if v.number > before] == [
         ("admin", 'moved rule "greet" down (to #2)'),
         ("admin", 'disabled rule "greet"'),
         ("admin", 'deleted rule "catch-all"'),
         ("admin", "set the defaults"),
+        ("admin", 'deleted rule "greet"'),
     ]
 
 
