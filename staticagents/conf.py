@@ -56,6 +56,7 @@ class ServiceSettings:
     STATIC_AGENTS_JOURNAL_BODY_BYTES = Setting[int]()
     STATIC_AGENTS_MATCH_WINDOW = Setting[int]()
     STATIC_AGENTS_MATCH_BUDGET_MS = Setting[int]()
+    STATIC_AGENTS_VERSIONS_KEEP = Setting[int]()
     STATIC_AGENTS_MAX_BODY_BYTES = Setting[int]()
     STATIC_AGENTS_API_KEYS = Setting[Sequence[str]]()
     STATIC_AGENTS_METRICS = Setting[str]()

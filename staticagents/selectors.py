@@ -1,4 +1,5 @@
-"""Reads of stored data: the rules as a document, the journal, its counters, the control token.
+"""Reads of stored data: the rules as a document, their history, the journal, its counters, the
+control token.
 
 The compiled snapshot of the rules that replies are answered from is
 ``replying.snapshot``.
@@ -17,6 +18,7 @@ from django.db.models import Count, Max, QuerySet, Value
 from django.db.models.functions import StrIndex
 
 from staticagents.core.reach import Shadow, shadowed_rules
+from staticagents.document.diff import EMPTY_DOCUMENT, DocumentDiff, diff_documents
 from staticagents.models import (
     MATCH_FIELDS,
     RESPONSE_KEYS,
@@ -26,6 +28,7 @@ from staticagents.models import (
     JournalEntry,
     Rule,
     RuleResponse,
+    RulesetVersion,
     SessionScript,
 )
 
@@ -138,10 +141,46 @@ def stored_rule(name: str) -> dict[str, Any] | None:
 
 def export_document() -> dict[str, Any]:
     """The stored document without empty parts, ready to write out."""
-    document = stored_document()
-    if document["fallback"] is None:
-        del document["fallback"]
+    document, _ = digested_document({})
     return document
+
+
+def digested_document(
+    known: Mapping[str, dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``export_document()``, and its rules' documents by digest (those that have one);
+    rules whose digest is in ``known`` are not read (``stored_rules``)."""
+    with one_snapshot():
+        defaults, fallback = stored_defaults_and_fallback()
+        rules = stored_rules(known)
+    document = {"version": 1, "defaults": defaults, "rules": [rule for _, rule in rules]}
+    if fallback is not None:
+        document["fallback"] = fallback
+    return document, {digest: rule for digest, rule in rules if digest}
+
+
+# -- the ruleset's history --------------------------------------------------------
+
+
+def ruleset_versions() -> QuerySet[RulesetVersion]:
+    """The kept versions, newest first, without their documents."""
+    return RulesetVersion.objects.defer("packed").order_by("-number")
+
+
+def ruleset_version(number: int) -> RulesetVersion | None:
+    return RulesetVersion.objects.filter(number=number).first()
+
+
+def version_changes(version: RulesetVersion) -> tuple[int | None, DocumentDiff | None]:
+    """What ``version`` changed: the number of the version it is compared with and the
+    difference; version 1 is compared with an empty ruleset (number 0), and a version whose
+    predecessor is no longer kept with nothing (``None, None``)."""
+    before = RulesetVersion.objects.filter(number__lt=version.number).order_by("-number").first()
+    if before is not None:
+        return before.number, diff_documents(before.document(), version.document())
+    if version.number == 1:
+        return 0, diff_documents(EMPTY_DOCUMENT, version.document())
+    return None, None
 
 
 def journal_entries(

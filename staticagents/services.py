@@ -1,9 +1,11 @@
-"""Writes: the rules, defaults and fallback; the journal and sessions; the control token.
+"""Writes: the rules, defaults and fallback, and their history; the journal and sessions; the
+control token.
 
 Every write to the ruleset goes through a service here: one transaction that
 bumps the ruleset version once, last, so every worker rebuilds its snapshot
-once per change. No signal receivers: a model saved or deleted elsewhere does
-not reach the workers.
+once per change, and records the ruleset as it is then (``RulesetVersion``):
+``by`` names who wrote (a user's name, ``CONTROL_API`` or ``COMMAND``). No
+signal receivers: a model saved or deleted elsewhere does not reach the workers.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Max, Model, QuerySet
 
+from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
-from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
+from staticagents.document.schema import DocumentInvalid, FieldError, name_rules, validate_document
 from staticagents.models import (
     ControlToken,
     Defaults,
@@ -27,10 +30,11 @@ from staticagents.models import (
     Rule,
     RuleResponse,
     RulesetState,
+    RulesetVersion,
     SessionCounter,
     SessionScript,
 )
-from staticagents.selectors import rule_shadows
+from staticagents.selectors import digested_document, rule_shadows, ruleset_version
 
 
 @dataclass(frozen=True)
@@ -65,16 +69,22 @@ PLACES_HELP = (
     "or 'before:<rule name>'"
 )
 Ordered = TypeVar("Ordered", Rule, RuleResponse)
+# Who wrote, as the history shows it, when no user did.
+CONTROL_API = "control API"
+COMMAND = "command"  # a management command, or any code calling a service itself
 
 
 # -- the ruleset version --------------------------------------------------------
 
 
-def _bump_version() -> None:
+def _bump_version(*, by: str, what: str, written: Iterable[_RuleRows] = ()) -> int:
     """Record that the rules changed; every worker rebuilds its snapshot on its next request.
 
     Each service below calls it once, last in its transaction: workers see the
-    new version and the new rules together, when the transaction commits.
+    new version and the new rules together, when the transaction commits. The
+    version is kept in the history with ``by`` and ``what`` (``written``: the
+    rows of the rules the service wrote from documents, whose documents need
+    no reading back). Returns the new version's number.
     """
     updated = RulesetState.objects.filter(pk=1).update(
         version=F("version") + 1, stamp=RulesetState.new_stamp()
@@ -83,13 +93,63 @@ def _bump_version() -> None:
         RulesetState.objects.get_or_create(
             pk=1, defaults={"version": 1, "stamp": RulesetState.new_stamp()}
         )
+    return _record_version(by=by, what=what, written=written)
+
+
+# The documents of the rules of the last version this process recorded, by digest: rules
+# left as they were are not read again. A digest names one document, so a stale entry is
+# never wrong, only unused.
+_recorded: dict[str, dict[str, Any]] = {}
+
+
+def _record_version(*, by: str, what: str, written: Iterable[_RuleRows]) -> int:
+    """Keep the ruleset as it is now, as the version just bumped to; drop the oldest versions
+    beyond ``STATIC_AGENTS_VERSIONS_KEEP``."""
+    global _recorded
+    number = RulesetState.objects.values_list("version", flat=True).get(pk=1)
+    known = {**_recorded, **{rows.digest: rows.document for rows in written}}
+    document, _recorded = digested_document(known)
+    RulesetVersion.objects.create(
+        number=number,
+        by=by[: RulesetVersion._meta.get_field("by").max_length],
+        what=_shortened(what, RulesetVersion._meta.get_field("what").max_length or 0),
+        packed=RulesetVersion.pack(document),
+    )
+    RulesetVersion.objects.filter(
+        number__lte=number - settings.STATIC_AGENTS_VERSIONS_KEEP
+    ).delete()
+    return number
+
+
+def _shortened(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1] + "…"
+
+
+def _rules_named(verb: str, names: Collection[str]) -> str:
+    """``deleted rule "a"``, or ``deleted 3 rules: a, b, c``."""
+    if len(names) == 1:
+        return f'{verb} rule "{next(iter(names))}"'
+    return f"{verb} {len(names)} rules: {', '.join(names)}"
+
+
+def restore_version(*, number: int, by: str = COMMAND) -> int | None:
+    """Replace the ruleset with version ``number``'s document, as a fixture replace does; the
+    change is a version of its own ("restored version N"), whose number is returned; None when
+    the rules are that version's already (nothing changes, no version is kept)."""
+    version = ruleset_version(number)
+    if version is None:
+        raise RulesetVersion.DoesNotExist(f"no version {number} is kept")
+    # Validated again: the schema may have grown stricter since the version was kept.
+    document = validate_document(version.document())
+    _, made = _import(document, merge=False, by=by, what=f"restored version {number}")
+    return made
 
 
 # -- fixtures -------------------------------------------------------------------
 
 
 def import_fixture(
-    *, document: dict[str, Any], merge: bool = False, dry_run: bool = False
+    *, document: dict[str, Any], merge: bool = False, dry_run: bool = False, by: str = COMMAND
 ) -> ImportResult:
     """Apply a validated document (``files.load_fixture``): all of it, or nothing.
 
@@ -97,24 +157,40 @@ def import_fixture(
     upserts rules by name, appending new ones, and replaces the defaults and
     the fallback only when the document gives them.
     """
-    result = ImportResult(0, 0, 0, dry_run)
+    mode = "merge" if merge else "replace"
+    count = len(document["rules"])
+    what = f"imported {count} rule{'' if count == 1 else 's'} ({mode})"
+    result, _ = _import(document, merge=merge, dry_run=dry_run, by=by, what=what)
+    return result
+
+
+def _import(
+    document: dict[str, Any], *, merge: bool, by: str, what: str, dry_run: bool = False
+) -> tuple[ImportResult, int | None]:
+    """``import_fixture``, kept in the history as ``what``; also the number of the version it
+    made (None: nothing changed)."""
+    result, number = ImportResult(0, 0, 0, dry_run), None
     # A replace's rows are made before the transaction: SQLite's write lock, which every
     # reply's journal row waits for, is then held only while the statements run.
     made = None if merge else [_rule_rows(doc, i) for i, doc in enumerate(document["rules"])]
     try:
         with transaction.atomic():
-            result, changed = _merge(document) if made is None else _replace(document, made)
+            if made is None:
+                result, written = _merge(document)
+                changed = True
+            else:
+                (result, changed), written = _replace(document, made), made
             # A replaced ruleset is the document: no need to read it back.
             shadows = rule_shadows() if merge else shadowed_rules(document["rules"])
             warnings = tuple(shadow.message() for shadow in shadows.values())
             result = replace(result, warnings=warnings, dry_run=dry_run)
-            if changed:  # a replace by the very rules stored changes nothing
-                _bump_version()
             if dry_run:
                 raise DryRunRollback
+            if changed:  # a replace by the very rules stored changes nothing
+                number = _bump_version(by=by, what=what, written=written)
     except DryRunRollback:
         pass  # the counts and warnings of what would have been
-    return result
+    return result, number
 
 
 def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportResult, bool]:
@@ -180,7 +256,7 @@ def _replace_defaults_and_fallback(
     return True
 
 
-def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
+def _merge(document: dict[str, Any]) -> tuple[ImportResult, list[_RuleRows]]:
     rules = document["rules"]
     existing = {
         rule.name: rule for rule in Rule.objects.filter(name__in=[r["name"] for r in rules])
@@ -190,7 +266,7 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
     for doc in rules:
         if doc["name"] in existing:
             _update_rule(existing[doc["name"]], doc)
-    _create_rules(fresh, start=_next_position())
+    written = _create_rules(fresh, start=_next_position())
     if fresh and before:
         order = merged_order(
             [rule.name for rule in before], [r["name"] for r in rules], _first_catch_all(before)
@@ -208,7 +284,7 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
         created_names=tuple(r["name"] for r in fresh),
         updated_names=tuple(r["name"] for r in rules if r["name"] in existing),
     )
-    return result, True
+    return result, written
 
 
 def merged_order(existing: list[str], fixture: list[str], fallback: int) -> list[str]:
@@ -239,8 +315,10 @@ def _first_catch_all(rules: list[Rule]) -> int:
     return len(rules)
 
 
-def _create_rules(docs: list[dict[str, Any]], *, start: int) -> None:
-    _write_rule_rows([_rule_rows(doc, start + i) for i, doc in enumerate(docs)], [])
+def _create_rules(docs: list[dict[str, Any]], *, start: int) -> list[_RuleRows]:
+    rows = [_rule_rows(doc, start + i) for i, doc in enumerate(docs)]
+    _write_rule_rows(rows, [])
+    return rows
 
 
 @dataclass(frozen=True)
@@ -250,6 +328,7 @@ class _RuleRows:
 
     name: str
     digest: str  # ``Rule.digest``
+    document: dict[str, Any]  # ``Rule.document()``, as the rows will read back
     rule: list[Any]
     responses: list[list[Any]]
 
@@ -264,6 +343,7 @@ def _rule_rows(doc: dict[str, Any], position: int) -> _RuleRows:
     return _RuleRows(
         name=rule.name,
         digest=rule.digest,
+        document=rule.document([response.document() for response in responses]),
         rule=_values(db, rule, _rule_fields()),
         responses=[[*_values(db, r, _response_fields()), rule.name] for r in responses],
     )
@@ -362,18 +442,22 @@ def _next_position() -> int:
 # -- defaults and fallback --------------------------------------------------------
 
 
-def set_defaults(*, document: dict[str, Any] | None) -> None:
+def set_defaults(*, document: dict[str, Any] | None, by: str = COMMAND) -> None:
     """Replace the defaults with a validated ``defaults`` document; ``None`` removes them."""
     with transaction.atomic():
         _set_defaults(document)
-        _bump_version()
+        _bump_version(
+            by=by, what="removed the defaults" if document is None else "set the defaults"
+        )
 
 
-def set_fallback(*, document: dict[str, Any] | None) -> None:
+def set_fallback(*, document: dict[str, Any] | None, by: str = COMMAND) -> None:
     """Replace the fallback with a validated response document; ``None`` removes it."""
     with transaction.atomic():
         _set_fallback(document)
-        _bump_version()
+        _bump_version(
+            by=by, what="removed the fallback" if document is None else "set the fallback"
+        )
 
 
 def _set_defaults(doc: dict[str, Any] | None) -> None:
@@ -396,7 +480,7 @@ def _set_fallback(doc: dict[str, Any] | None) -> None:
 # -- single rules (the control API and the admin) -------------------------------------
 
 
-def create_rule(*, document: dict[str, Any], place: str = "auto") -> Rule:
+def create_rule(*, document: dict[str, Any], place: str = "auto", by: str = COMMAND) -> Rule:
     """Add a validated rule document at ``place`` (``PLACES``); an unnamed rule is named as
     an import would name it."""
     with transaction.atomic():
@@ -406,14 +490,14 @@ def create_rule(*, document: dict[str, Any], place: str = "auto") -> Rule:
         if "name" not in document:
             name_rules([*({"name": n} for n in names), document])
         index = _place_index(place, document.get("match") or {})
-        _create_rules([document], start=_next_position())
+        written = _create_rules([document], start=_next_position())
         rule = Rule.objects.get(name=document["name"])
         _insert_at(rule, index)
-        _bump_version()
+        _bump_version(by=by, what=f'added rule "{rule.name}"', written=written)
         return _with_responses(document["name"])
 
 
-def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
+def update_rule(*, name: str, document: dict[str, Any], by: str = COMMAND) -> Rule:
     """Replace the rule called ``name`` with a validated document (which may rename it)."""
     with transaction.atomic():
         rule = _rule_named(name)
@@ -421,7 +505,8 @@ def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
         if document["name"] != name and Rule.objects.filter(name=document["name"]).exists():
             raise _duplicate_name(document["name"])
         _update_rule(rule, document)
-        _bump_version()
+        renamed = f' (renamed "{document["name"]}")' if document["name"] != name else ""
+        _bump_version(by=by, what=f'changed rule "{name}"{renamed}')
         return _with_responses(document["name"])
 
 
@@ -437,6 +522,7 @@ def save_rule(
     responses: Iterable[RuleResponse] = (),
     removed_responses: Iterable[RuleResponse] = (),
     place: str = "auto",
+    by: str = COMMAND,
 ) -> Rule:
     """Save a rule edited field by field (the admin's change form) with its responses.
 
@@ -447,6 +533,7 @@ def save_rule(
     """
     with transaction.atomic():
         index = None
+        verb = "added" if rule.pk is None else "changed"
         if rule.pk is None:
             index = _place_index(place, rule.match_document())
             rule.position = _next_position()
@@ -459,7 +546,7 @@ def save_rule(
             response.rule = rule
             response.save()
         _renumber_responses(rule)
-        _bump_version()
+        _bump_version(by=by, what=f'{verb} rule "{rule.name}"')
     return rule
 
 
@@ -493,19 +580,19 @@ def _renumber_responses(rule: Rule) -> None:
     RuleResponse.objects.bulk_update(_renumbered(responses), ["position"])
 
 
-def delete_rule(*, name: str) -> None:
+def delete_rule(*, name: str, by: str = COMMAND) -> None:
     """Delete a rule, its responses and its sessions' positions in it; close the gap it leaves."""
     with transaction.atomic():
         _rule_named(name)
         _delete_named_rules([name])
-        _bump_version()
+        _bump_version(by=by, what=_rules_named("deleted", [name]))
 
 
-def delete_rules(*, names: Collection[str]) -> int:
+def delete_rules(*, names: Collection[str], by: str = COMMAND) -> int:
     """Delete the named rules as ``delete_rule`` does, all at once; return how many went."""
     with transaction.atomic():
         deleted = _delete_named_rules(names)
-        _bump_version()
+        _bump_version(by=by, what=_rules_named("deleted", names))
     return deleted
 
 
@@ -516,18 +603,18 @@ def _delete_named_rules(names: Collection[str]) -> int:
     return deleted
 
 
-def set_rules_enabled(*, names: Collection[str], enabled: bool) -> int:
+def set_rules_enabled(*, names: Collection[str], enabled: bool, by: str = COMMAND) -> int:
     """Enable or disable the named rules; return how many there are."""
     with transaction.atomic():
         count = Rule.objects.filter(name__in=names).update(enabled=enabled, digest="")
-        _bump_version()
+        _bump_version(by=by, what=_rules_named("enabled" if enabled else "disabled", names))
     return count
 
 
 # -- order ------------------------------------------------------------------------
 
 
-def reorder_rules(*, names: list[str]) -> list[str]:
+def reorder_rules(*, names: list[str], by: str = COMMAND) -> list[str]:
     """Put the named rules first, in the given order; the others follow in their order."""
     with transaction.atomic():
         rules = {rule.name: rule for rule in _rules_in_order()}
@@ -542,11 +629,11 @@ def reorder_rules(*, names: list[str]) -> list[str]:
             raise DocumentInvalid(errors)
         order = [*names, *(name for name in rules if name not in listed)]
         _put_in_order([rules[name] for name in order])
-        _bump_version()
+        _bump_version(by=by, what=f"reordered the rules: {', '.join(names)} first")
         return order
 
 
-def move_rule(*, name: str, direction: str) -> int:
+def move_rule(*, name: str, direction: str, by: str = COMMAND) -> int:
     """Move a rule one place ``up`` or ``down``, or to the ``top`` or ``bottom``.
 
     Returns the rule's new index (0 is first). A move that changes nothing (the
@@ -563,7 +650,7 @@ def move_rule(*, name: str, direction: str) -> int:
         if place != index:
             rules.insert(place, rules.pop(index))
             _put_in_order(rules)
-            _bump_version()
+            _bump_version(by=by, what=f'moved rule "{name}" {direction} (to #{place + 1})')
     return place
 
 

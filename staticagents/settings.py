@@ -284,6 +284,10 @@ STATIC_AGENTS_MATCH_WINDOW = env_int(
 STATIC_AGENTS_MATCH_BUDGET_MS = env_int(
     "STATIC_AGENTS_MATCH_BUDGET_MS", 50, unit="ms", minimum=1, maximum=60_000
 )
+# The ruleset's history keeps this many newest versions (each a whole ruleset, compressed).
+STATIC_AGENTS_VERSIONS_KEEP = env_int(
+    "STATIC_AGENTS_VERSIONS_KEEP", 200, unit="versions", minimum=1
+)
 STATIC_AGENTS_MAX_BODY_BYTES = env_int(
     "STATIC_AGENTS_MAX_BODY_BYTES", 10 * 1024 * 1024, unit="bytes", minimum=1
 )

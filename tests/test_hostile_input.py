@@ -715,6 +715,12 @@ BAD_REQUESTS = [
     ("GET", "/control/journal?unknown=1", "control", 400),
     ("GET", "/control/rules/%FF", "control", 404),
     ("GET", "/control/fixture?dry_run=1", "control", 400),
+    ("GET", "/control/versions?unknown=1", "control", 400),
+    ("GET", "/control/versions/1?format=xml", "control", 400),
+    ("GET", "/control/versions/latest", "control", 404),
+    ("GET", "/control/versions/9223372036854775808/diff", "control", 404),
+    ("POST", "/control/versions/" + "9" * 5000 + "/restore", "control", 404),
+    ("GET", "/control/versions/1/restore", "control", 405),
     ("GET", "/apps/router/users/u/sessions/nobody", "adk", 404),
     # wrong methods
     ("GET", "/v1/chat/completions", "openai", 405),
@@ -765,6 +771,7 @@ BAD_REQUESTS = [
     ("GET", "/control/journal?cursor=cj0xJnA9eHl6", "control", 404),  # r=1&p=xyz
     ("GET", "/control/journal?cursor=cD05OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5", "control", 404),
     ("GET", "/control/journal?cursor=cD0tMQ", "control", 404),  # p=-1
+    ("GET", "/control/versions?cursor=cj0xJnA9eHl6", "control", 404),  # r=1&p=xyz
     # the admin's static files: a missing one, and paths climbing out of their folders
     ("GET", "/static/admin/css/nothing.css", "openai", 404),
     ("GET", "/static/%2e%2e/%2e%2e/etc/passwd", "openai", 404),

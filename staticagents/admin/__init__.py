@@ -24,7 +24,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from staticagents.admin import journal, trying
+from staticagents.admin import (
+    history,  # noqa: F401 (registers the history's admin)
+    journal,
+    trying,
+)
 from staticagents.admin import views as admin_views
 from staticagents.admin.errors import ErrorBannerMixin
 from staticagents.admin.summaries import match_summary, response_summary
@@ -296,7 +300,11 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        extra = {"can_upload_fixture": self.has_change_permission(request), **(extra_context or {})}
+        extra = {
+            "can_upload_fixture": self.has_change_permission(request),
+            "can_view_history": request.user.has_perm("staticagents.view_rulesetversion"),
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, extra)
 
     def save_model(
@@ -325,7 +333,11 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
         else:
             place = form.cleaned_data.get("place") or "auto"
         rule = save_rule(
-            rule=form.instance, responses=saved, removed_responses=removed, place=place
+            rule=form.instance,
+            responses=saved,
+            removed_responses=removed,
+            place=place,
+            by=admin_views.curator(request),
         )
         if before is not None:
             index = list(Rule.objects.order_by("position", "id").values_list("name", flat=True))
@@ -340,10 +352,12 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
             messages.warning(request, f"{shadow.message()}.")
 
     def delete_model(self, request: HttpRequest, obj: Rule) -> None:
-        delete_rules(names=[obj.name])  # its responses and session counters go too
+        # Its responses and session counters go too.
+        delete_rules(names=[obj.name], by=admin_views.curator(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
-        delete_rules(names=list(queryset.values_list("name", flat=True)))
+        names = list(queryset.values_list("name", flat=True))
+        delete_rules(names=names, by=admin_views.curator(request))
 
     @admin.action(description="Enable selected rules", permissions=["change"])
     def enable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
@@ -357,7 +371,7 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
         self, request: HttpRequest, queryset: QuerySet[Rule], *, enabled: bool
     ) -> None:
         names = list(queryset.values_list("name", flat=True))
-        count = set_rules_enabled(names=names, enabled=enabled)
+        count = set_rules_enabled(names=names, enabled=enabled, by=admin_views.curator(request))
         state = "enabled" if enabled else "disabled"
         self.message_user(request, f"{count} rule(s) {state}.", messages.SUCCESS)
 
@@ -427,27 +441,27 @@ class SingletonAdmin(ErrorBannerMixin, SingletonAdminBase):
             return HttpResponseRedirect(reverse(f"{info}_add"))
         return super().changelist_view(request, extra_context)
 
-    def store(self, document: dict[str, Any] | None) -> None:
+    def store(self, document: dict[str, Any] | None, *, by: str) -> None:
         """Write the row from a document, or remove it (``None``), through a service."""
         raise NotImplementedError
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        self.store(obj.document())
+        self.store(obj.document(), by=admin_views.curator(request))
         obj.pk = 1  # the row the services write, for the admin's redirect and log
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        self.store(None)
+        self.store(None, by=admin_views.curator(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self.store(None)
+        self.store(None, by=admin_views.curator(request))
 
 
 @admin.register(Defaults)
 class DefaultsAdmin(SingletonAdmin):
     fields = ["confidence", "stream", "chaos", "seen"]
 
-    def store(self, document: dict[str, Any] | None) -> None:
-        set_defaults(document=document)
+    def store(self, document: dict[str, Any] | None, *, by: str) -> None:
+        set_defaults(document=document, by=by)
 
 
 @admin.register(Fallback)
@@ -455,5 +469,5 @@ class FallbackAdmin(SingletonAdmin):
     form = FallbackForm
     fieldsets = [*RESPONSE_FIELDSETS, (None, {"fields": ["seen"], "classes": ["hidden"]})]
 
-    def store(self, document: dict[str, Any] | None) -> None:
-        set_fallback(document=document)
+    def store(self, document: dict[str, Any] | None, *, by: str) -> None:
+        set_fallback(document=document, by=by)

@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 EXPORT_FILENAME = "static_agents.yml"
 
 
+def curator(request: HttpRequest) -> str:
+    """Who made a change in the admin, as the ruleset's history names them."""
+    return request.user.get_username()
+
+
 def changelist_url(model_admin: ModelAdmin[Rule], request: HttpRequest) -> str:
     """The rule list, with the filters and search the user came from."""
     url = reverse(f"{model_admin.admin_site.name}:staticagents_rule_changelist")
@@ -52,7 +57,7 @@ def move_view(
     if direction not in MOVES:
         raise Http404(f"unknown move {direction!r}: one of {', '.join(MOVES)}")
     rule = get_object_or_404(Rule, pk=object_id)
-    place = move_rule(name=rule.name, direction=direction)
+    place = move_rule(name=rule.name, direction=direction, by=curator(request))
     messages.success(request, f"“{rule.name}” is now rule #{place + 1}.")
     return HttpResponseRedirect(changelist_url(model_admin, request))
 
@@ -109,7 +114,7 @@ def _import_upload(
     if dry_run or not (merge or form.cleaned_data["confirm"]):
         result = import_fixture(document=document, merge=merge, dry_run=True)
         return _preview(model_admin, request, form, result, confirming=not dry_run)
-    result = import_fixture(document=document, merge=merge)
+    result = import_fixture(document=document, merge=merge, by=curator(request))
     messages.success(request, f"Uploaded {form.source_name} ({mode}): {result.summary()}.")
     for warning in result.warnings:
         messages.warning(request, f"{form.source_name}: {warning}.")

@@ -155,6 +155,65 @@ describe(
     ),
     delete=control_operation(obj({"deleted": INTEGER}), parameters=[SESSION]),
 )
+VERSION_SUMMARY = obj({"number": INTEGER, "created_at": STRING, "by": STRING, "what": STRING})
+VERSION_PAGE = obj(
+    {
+        "count": INTEGER,
+        "next": nullable(STRING),
+        "previous": nullable(STRING),
+        "results": array(VERSION_SUMMARY),
+    }
+)
+FIELD_CHANGES = array(obj({"field": STRING, "old": {}, "new": {}}))
+VERSION_DIFF = obj(
+    {
+        "number": INTEGER,
+        "against": nullable(INTEGER),
+        "changes": nullable(
+            obj(
+                {
+                    "defaults": FIELD_CHANGES,
+                    "fallback": FIELD_CHANGES,
+                    "rules": array(
+                        obj(
+                            {
+                                "name": STRING,
+                                "change": {
+                                    "type": "string",
+                                    "enum": ["added", "removed", "changed", "moved"],
+                                },
+                                "fields": FIELD_CHANGES,
+                            }
+                        )
+                    ),
+                }
+            )
+        ),
+    }
+)
+describe(
+    CONTROL + "VersionsView",
+    get=control_operation(
+        VERSION_PAGE,
+        parameters=[
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("page_size", {"type": "integer", "minimum": 1}),
+        ],
+    ),
+)
+describe(
+    CONTROL + "VersionView",
+    get=control_operation(
+        {"application/json": OBJECT, "application/yaml": OBJECT},  # a fixture document
+        media_type="*",
+        parameters=[OpenApiParameter("format", {"type": "string", "enum": ["json", "yaml"]})],
+    ),
+)
+describe(CONTROL + "VersionDiffView", get=control_operation(VERSION_DIFF))
+describe(
+    CONTROL + "VersionRestoreView",
+    post=control_operation(obj({"restored": INTEGER, "version": nullable(INTEGER)})),
+)
 SESSION_RESET = obj({"session": STRING, "counters": INTEGER, "journal": INTEGER})
 SCRIPT = obj(
     {"responses": {**array(OBJECT), "minItems": 1}},

@@ -1,5 +1,5 @@
-"""The control API (``/control/``): rules, defaults, fixtures, the journal, sessions, counters,
-explain.
+"""The control API (``/control/``): rules, defaults, fixtures, the ruleset's versions, the
+journal, sessions, counters, explain.
 
 Tests and people drive the service through it. Every route needs the control
 token (``Authorization: Bearer …``) or a staff session; anything else gets 401
@@ -33,7 +33,7 @@ from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -46,18 +46,22 @@ from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
 from staticagents.document.schema import DocumentInvalid, FieldError
-from staticagents.models import ControlToken, JournalEntry, SessionScript
+from staticagents.models import ControlToken, JournalEntry, RulesetVersion, SessionScript
 from staticagents.replying.snapshot import active_ruleset, compiled_before_commit
 from staticagents.selectors import (
     export_document,
     journal_counters,
     journal_entries,
+    ruleset_version,
+    ruleset_versions,
     session_script,
     stored_control_token_digest,
     stored_document,
     stored_rule,
+    version_changes,
 )
 from staticagents.services import (
+    CONTROL_API,
     clear_journal,
     create_rule,
     delete_rule,
@@ -65,6 +69,7 @@ from staticagents.services import (
     reorder_rules,
     reset_counters,
     reset_session,
+    restore_version,
     set_defaults,
     update_rule,
 )
@@ -165,6 +170,13 @@ class ControlView(APIView):
         return response
 
 
+def writer(request: Request) -> str:
+    """Who writes, as the ruleset's history names them: a staff user by name, else the token's
+    holder, "control API"."""
+    user = request.user
+    return CONTROL_API if isinstance(user, ControlClient) else str(user.get_username())
+
+
 def reject_unknown_params(request: Request, known: set[str]) -> None:
     unknown = sorted(set(request.query_params) - known)
     if unknown:
@@ -228,7 +240,7 @@ class RulesView(ControlView):
     def post(self, request: Request) -> Response:
         reject_unknown_params(request, {"place"})
         place = request.query_params.get("place") or "auto"
-        rule = create_rule(document=rule_document(request.data), place=place)
+        rule = create_rule(document=rule_document(request.data), place=place, by=writer(request))
         headers = {"Location": f"{request.path.rstrip('/')}/{rule.name}"}
         return Response(rule.document(), status=201, headers=headers)
 
@@ -247,14 +259,15 @@ class RuleView(ControlView):
         return Response(_rule(name))
 
     def put(self, request: Request, name: str) -> Response:
-        return Response(update_rule(name=name, document=rule_document(request.data)).document())
+        document = rule_document(request.data)
+        return Response(update_rule(name=name, document=document, by=writer(request)).document())
 
     def patch(self, request: Request, name: str) -> Response:
         document = rule_document(patched_rule(_rule(name), request.data))
-        return Response(update_rule(name=name, document=document).document())
+        return Response(update_rule(name=name, document=document, by=writer(request)).document())
 
     def delete(self, request: Request, name: str) -> Response:
-        delete_rule(name=name)
+        delete_rule(name=name, by=writer(request))
         return Response(status=204)
 
 
@@ -272,7 +285,8 @@ class ReorderRulesView(ControlView):
 
     def post(self, request: Request) -> Response:
         names = serializers.ListField(child=serializers.CharField(), allow_empty=False)
-        return Response({"rules": reorder_rules(names=names.run_validation(request.data))})
+        order = reorder_rules(names=names.run_validation(request.data), by=writer(request))
+        return Response({"rules": order})
 
 
 # -- defaults ---------------------------------------------------------------------
@@ -285,13 +299,14 @@ class DefaultsView(ControlView):
         return Response(stored_document()["defaults"])
 
     def put(self, request: Request) -> Response:
-        return self._store(request.data)
+        return self._store(request, request.data)
 
     def patch(self, request: Request) -> Response:
-        return self._store(merge_patch(stored_document()["defaults"], request.data))
+        return self._store(request, merge_patch(stored_document()["defaults"], request.data))
 
-    def _store(self, data: Any) -> Response:
-        set_defaults(document=schema.validate_part(schema.DefaultsSpec, data, "defaults"))
+    def _store(self, request: Request, data: Any) -> Response:
+        document = schema.validate_part(schema.DefaultsSpec, data, "defaults")
+        set_defaults(document=document, by=writer(request))
         return Response(stored_document()["defaults"])
 
 
@@ -332,7 +347,9 @@ class FixtureView(ControlView):
         with collection_paused():
             document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
             with compiled_before_commit():  # replies keep the old snapshot while this compiles
-                result = import_fixture(document=document, merge=merge, dry_run=dry_run)
+                result = import_fixture(
+                    document=document, merge=merge, dry_run=dry_run, by=writer(request)
+                )
         session = request.query_params.get("session")
         if session and not dry_run:  # the testing kit's session starts afresh with the rules
             reset_session(session=session)
@@ -366,6 +383,122 @@ def collection_paused() -> Iterator[None]:
 def _wants_json(request: Request) -> bool:
     accept = request.headers.get("Accept", "")
     return "application/json" in accept or request.query_params.get("format") == "json"
+
+
+# -- the ruleset's versions ------------------------------------------------------------
+
+
+class YAMLRenderer(BaseRenderer):
+    """A fixture document as YAML (``?format=yaml``, or ``Accept: application/yaml``)."""
+
+    media_type = "application/yaml"
+    format = "yaml"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> bytes:
+        return dump_fixture(data).encode()
+
+
+class VersionPagination(CursorPagination):
+    """Newest first by number; a cursor stays stable while new versions arrive."""
+
+    ordering = "-number"
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """DRF's cursor, whose position must be a number: a hand-made one could hold anything."""
+        cursor = super().decode_cursor(request)
+        position = cursor.position if cursor is not None else None
+        if position is not None and not _is_row_id(position):
+            raise NotFound(self.invalid_cursor_message)
+        return cursor
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        self.count = queryset.count()  # at most STATIC_AGENTS_VERSIONS_KEEP
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response(
+            {
+                "count": self.count,
+                "next": self.get_next_link(),
+                "previous": self.get_previous_link(),
+                "results": data,
+            }
+        )
+
+
+def _version(number: str) -> RulesetVersion:
+    version = ruleset_version(int(number)) if _is_row_id(number) else None
+    if version is None:
+        raise NotFound(f"no version {number} is kept")
+    return version
+
+
+class VersionsView(ControlView):
+    """``GET`` the kept versions, newest first: number, when, by whom, what changed."""
+
+    needs = {"GET": ("view_rulesetversion",)}
+    CREATED_AT = serializers.DateTimeField()
+
+    def get(self, request: Request) -> Response:
+        reject_unknown_params(request, {"cursor", "page_size"})
+        versions = ruleset_versions().values("number", "created_at", "by", "what")
+        paginator = VersionPagination()
+        page = paginator.paginate_queryset(versions, request, self)
+        for version in page:
+            version["created_at"] = self.CREATED_AT.to_representation(version["created_at"])
+        return paginator.get_paginated_response(page)
+
+
+class VersionView(ControlView):
+    """``GET`` a version's ruleset document: JSON, or YAML with ``?format=yaml``."""
+
+    needs = {"GET": ("view_rulesetversion",)}
+    renderer_classes = [JSONRenderer, YAMLRenderer]
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        known = [renderer.format for renderer in self.renderer_classes]
+        chosen = request.query_params.get("format")
+        if chosen is not None and chosen not in known:  # DRF would answer 404
+            problem = f"unknown format: one of {', '.join(known)}"
+            raise serializers.ValidationError(
+                {"format": serializers.ErrorDetail(problem, "invalid")}
+            )
+        return super().perform_content_negotiation(request, force)
+
+    def get(self, request: Request, number: str) -> Response:
+        reject_unknown_params(request, {"format"})
+        return Response(_version(number).document())
+
+
+class VersionDiffView(ControlView):
+    """``GET`` what a version changed, against the version before it (``against``; 0: an
+    empty ruleset; null with ``changes`` null: that version is no longer kept)."""
+
+    needs = {"GET": ("view_rulesetversion",)}
+
+    def get(self, request: Request, number: str) -> Response:
+        version = _version(number)
+        against, diff = version_changes(version)
+        changes = diff.as_dict() if diff is not None else None
+        return Response({"number": version.number, "against": against, "changes": changes})
+
+
+class VersionRestoreView(ControlView):
+    """``POST``: the rules become that version's (a fixture replace, itself a new version)."""
+
+    needs = {"POST": ("add_rule", "change_rule", "delete_rule")}  # the rules are replaced
+
+    def post(self, request: Request, number: str) -> Response:
+        version = _version(number)
+        with compiled_before_commit():  # replies keep the old snapshot while this compiles
+            made = restore_version(number=version.number, by=writer(request))
+        return Response({"restored": version.number, "version": made})
 
 
 # -- journal, sessions, counters ----------------------------------------------------

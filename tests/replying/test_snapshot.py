@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from staticagents import selectors
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import match_inquiry
 from staticagents.document.schema import validate_document
-from staticagents.models import Rule
 from staticagents.replying import snapshot
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.services import import_fixture, reset_session
@@ -54,13 +55,14 @@ def test_a_rebuild_reads_only_the_rules_that_changed(
     ten_rules: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     read: list[str] = []
-    document_of = Rule.document_of
+    rule_documents = selectors._rule_documents
 
-    def reading(values: Any, responses: Any) -> dict[str, Any]:
-        read.append(values["name"])
-        return document_of(values, responses)
+    def reading(pks: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+        for pk, document in rule_documents(pks):
+            read.append(document["name"])
+            yield pk, document
 
-    monkeypatch.setattr(Rule, "document_of", reading)
+    monkeypatch.setattr(selectors, "_rule_documents", reading)
     document = rules(*(f"rule-{i}" for i in range(10)))
     document["rules"][7] = rules("rule-7", content="new")["rules"][0]
     import_fixture(document=document)

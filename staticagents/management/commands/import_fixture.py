@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from staticagents.management.commands._fixture_io import read_fixture
-from staticagents.services import import_fixture
+from staticagents.services import COMMAND, import_fixture
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         document = read_fixture(options["path"])
         result = import_fixture(
-            document=document, merge=options["merge"], dry_run=options["dry_run"]
+            document=document, merge=options["merge"], dry_run=options["dry_run"], by=COMMAND
         )
         self.stdout.write(f"{options['path']}: {result.summary()}")
         for warning in result.warnings:

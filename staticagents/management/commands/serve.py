@@ -35,7 +35,7 @@ from staticagents.management.commands._database_template import (
 )
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
-from staticagents.services import ensure_control_token, import_fixture
+from staticagents.services import COMMAND, ensure_control_token, import_fixture
 from staticagents.serving.logs import FORMATS, LEVELS, log_config
 
 # Once told to stop, requests still running after this long are cancelled.
@@ -149,7 +149,7 @@ class Command(BaseCommand):
             if Rule.objects.exists():
                 return
             path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
-        result = import_fixture(document=read_fixture(path))
+        result = import_fixture(document=read_fixture(path), by=COMMAND)
         self.stdout.write(f"{path}: {result.summary()}")
 
 
