@@ -8,15 +8,19 @@ not reach the workers.
 
 from __future__ import annotations
 
+import datetime
+import functools
 import secrets
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
+from django.utils import timezone
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Max, Model, QuerySet
 
+from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
 from staticagents.models import (
@@ -30,6 +34,7 @@ from staticagents.models import (
     SessionCounter,
     SessionScript,
 )
+from staticagents.replying import live
 from staticagents.selectors import rule_shadows
 
 
@@ -83,6 +88,12 @@ def _bump_version() -> None:
         RulesetState.objects.get_or_create(
             pk=1, defaults={"version": 1, "stamp": RulesetState.new_stamp()}
         )
+    transaction.on_commit(_announce_version)
+
+
+def _announce_version() -> None:
+    version = RulesetState.objects.filter(pk=1).values_list("version", flat=True).first()
+    live.announce_ruleset(version or 0)
 
 
 # -- fixtures -------------------------------------------------------------------
@@ -623,6 +634,11 @@ def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict
     """A session's fresh start: its sequence positions, fail-first counts, journal and
     script go; ``script`` (a validated rule document with ``responses``) is its new one."""
     with transaction.atomic():
+        # The session's streams still open, every worker ends once this commits.
+        since = timezone.now() - datetime.timedelta(seconds=settings.STATIC_AGENTS_MAX_STREAM_SECONDS)
+        streaming = JournalEntry.objects.filter(session=session, created_at__gte=since)
+        ids = list(streaming.values_list("id", flat=True))
+        transaction.on_commit(functools.partial(live.announce_session_reset, session, ids))
         counters = _fast_delete(SessionCounter.objects.filter(session=session))
         entries = _fast_delete(JournalEntry.objects.filter(session=session))
         scripts = _fast_delete(SessionScript.objects.filter(session=session))
