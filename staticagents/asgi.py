@@ -34,8 +34,8 @@ from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
-from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.replying import live  # noqa: E402
+from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.serving.onehop import OneHopDjango  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
 from staticagents.serving.sessions import SessionPrefix  # noqa: E402

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
-from django.utils import timezone
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Max, Model, QuerySet
+from django.utils import timezone
 
 from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
@@ -635,7 +635,9 @@ def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict
     script go; ``script`` (a validated rule document with ``responses``) is its new one."""
     with transaction.atomic():
         # The session's streams still open, every worker ends once this commits.
-        since = timezone.now() - datetime.timedelta(seconds=settings.STATIC_AGENTS_MAX_STREAM_SECONDS)
+        since = timezone.now() - datetime.timedelta(
+            seconds=settings.STATIC_AGENTS_MAX_STREAM_SECONDS
+        )
         streaming = JournalEntry.objects.filter(session=session, created_at__gte=since)
         ids = list(streaming.values_list("id", flat=True))
         transaction.on_commit(functools.partial(live.announce_session_reset, session, ids))

@@ -217,7 +217,9 @@ class Feed:
             groups[agent_type_group(event["agent_type"] or "")].append(event)
             if is_fallback(event):
                 groups[FALLBACKS].append(event)
-        await self.send_to_groups({g: {"type": "live.entries", "entries": e} for g, e in groups.items()})
+        await self.send_to_groups(
+            {g: {"type": "live.entries", "entries": e} for g, e in groups.items()}
+        )
 
     async def send_to_groups(self, messages: Mapping[str, dict[str, Any]]) -> None:
         layer = get_channel_layer()
@@ -367,7 +369,9 @@ def announce_ruleset(version: int) -> None:
 
 
 def _announce(message: dict[str, Any]) -> None:
-    if _on_serving_loop(lambda live: live.loop.create_task(live.send_to_groups({CONTROL: message}))):
+    if _on_serving_loop(
+        lambda live: live.loop.create_task(live.send_to_groups({CONTROL: message}))
+    ):
         return
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):

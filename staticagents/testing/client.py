@@ -682,7 +682,11 @@ class StaticAgentsClient:
         from websockets.sync.client import connect
 
         key = None if every_session else (session or self._session)
-        params = {"session": key, "agent_type": filters.get("agent_type"), "outcome": filters.get("outcome")}
+        params = {
+            "session": key,
+            "agent_type": filters.get("agent_type"),
+            "outcome": filters.get("outcome"),
+        }
         query = urlencode({k: v for k, v in params.items() if isinstance(v, str)})
         url = f"{self.base_url.replace('http', 'ws', 1)}/control/journal/live?{query}"
         secure = _tls_context() if url.startswith("wss:") else None
@@ -726,18 +730,24 @@ class StaticAgentsClient:
         raise NoMatchingRequest(wanted, timeout, arrived)
 
     def expect_request(
-        self, query: str | None = None, *, timeout: float = 10.0, **filters: str | bool
+        self,
+        query: str | None = None,
+        *,
+        timeout: float = 10.0,
+        session: str | None = None,
+        every_session: bool = False,
+        **filters: str | bool,
     ) -> RecordedRequest:
         """``wait_for`` the first request whose query contains ``query`` (any, if None)."""
-        if query is None:
-            return self.wait_for(timeout=timeout, **filters)
         wanted = query
 
         def asks(entry: RecordedRequest) -> bool:
-            return wanted in entry.query
+            return wanted is None or wanted in entry.query
 
-        asks.__doc__ = f"query containing {wanted!r}"
-        return self.wait_for(asks, timeout=timeout, **filters)
+        asks.__doc__ = "any request" if wanted is None else f"query containing {wanted!r}"
+        return self.wait_for(
+            asks, timeout=timeout, session=session, every_session=every_session, **filters
+        )
 
     def _journal_pages(self, params: dict[str, str]) -> Iterator[Mapping[str, Any]]:
         response = self._send("GET", "/journal", "reading the journal", params=params)
@@ -843,7 +853,7 @@ def _describe_wanted(
 ) -> str:
     parts = [f"{name}={value!r}" for name, value in filters.items()]
     if predicate is not None:
-        parts.append(predicate.__doc__ or getattr(predicate, "__name__", "the predicate"))
+        parts.append(predicate.__doc__ or str(getattr(predicate, "__name__", "the predicate")))
     return ", ".join(parts) or "anything"
 
 

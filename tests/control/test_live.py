@@ -36,7 +36,9 @@ def service(live_url: str, settings: Any, load_rules: Callable[[Any], Any]) -> s
 
 def socket_url(base: str, **params: str) -> str:
     query = "&".join(f"{k}={v}" for k, v in params.items())
-    return base.replace("http://", "ws://") + "/control/journal/live" + (f"?{query}" if query else "")
+    return (
+        base.replace("http://", "ws://") + "/control/journal/live" + (f"?{query}" if query else "")
+    )
 
 
 async def next_event(socket: ClientConnection, kind: str | None = None) -> dict[str, Any]:
@@ -111,16 +113,16 @@ async def test_a_session_reset_ends_its_open_stream_at_once_with_its_ending(serv
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "slowly"}]}
     headers = {"X-Static-Session": "to-reset"}
     control = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
-    async with httpx.AsyncClient(base_url=service, timeout=30) as client:
-        async with client.stream(
-            "POST", "/v1/chat/completions", json=body, headers=headers
-        ) as response:
-            lines = response.aiter_lines()
-            first = await anext(lines)
-            assert first.startswith("data: ")
-            reset = await client.delete("/control/sessions/to-reset", headers=control)
-            assert reset.status_code == 200
-            rest = [line async for line in lines if line]
+    async with (
+        httpx.AsyncClient(base_url=service, timeout=30) as client,
+        client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response,
+    ):
+        lines = response.aiter_lines()
+        first = await anext(lines)
+        assert first.startswith("data: ")
+        reset = await client.delete("/control/sessions/to-reset", headers=control)
+        assert reset.status_code == 200
+        rest = [line async for line in lines if line]
     assert rest[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in [first, *rest[:-1]]]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])

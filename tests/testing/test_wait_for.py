@@ -21,7 +21,9 @@ def client(live_url: str, settings: Any) -> Iterator[StaticAgentsClient]:
         yield client
 
 
-def ask_later(client: StaticAgentsClient, question: str, after: threading.Event) -> threading.Thread:
+def ask_later(
+    client: StaticAgentsClient, question: str, after: threading.Event
+) -> threading.Thread:
     """An agent in the background: it asks once ``after`` is set."""
 
     def agent() -> None:
