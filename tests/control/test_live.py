@@ -163,3 +163,40 @@ def test_group_names_are_valid_for_any_key() -> None:
         assert layer.require_valid_group_name(live.session_group(key))
         assert layer.require_valid_group_name(live.agent_type_group(key))
     assert live.session_group("a") != live.session_group("b")
+
+
+def staff_cookie(*permissions: str) -> str:
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create_user("watcher", password="x", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=permissions))
+    browser = Client()
+    browser.force_login(user)
+    return f"sessionid={browser.cookies['sessionid'].value}"
+
+
+@pytest.mark.parametrize(
+    ("permissions", "same_origin", "expected"),
+    [
+        (("view_journalentry",), True, "subscribed"),
+        ((), True, 4403),
+        (("view_journalentry",), False, 4401),  # another site's page: its cookie counts not
+    ],
+)
+async def test_a_staff_session_follows_with_the_journal_permission_from_the_same_host(
+    service: str, permissions: tuple[str, ...], same_origin: bool, expected: str | int
+) -> None:
+    from asgiref.sync import sync_to_async
+
+    cookie = await sync_to_async(staff_cookie)(*permissions)
+    origin = service if same_origin else "http://elsewhere.example"
+    headers = {"Cookie": cookie, "Origin": origin}
+    async with connect(socket_url(service), additional_headers=headers) as socket:
+        event = await next_event(socket)
+        if expected == "subscribed":
+            assert event["type"] == "subscribed"
+            return
+        assert event["type"] == "error"
+        await socket.wait_closed()
+    assert socket.close_code == expected
