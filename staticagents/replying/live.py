@@ -183,11 +183,16 @@ class Feed:
         self.channel: str | None = None
         self.receiver: asyncio.Task[None] | None = None
         self.streams: dict[int, list[OpenStream]] = {}
+        # An in-memory layer reaches only this loop's subscribers: with none, nobody listens.
+        layer = get_channel_layer()
+        self.local_only = layer is None or isinstance(layer, InMemoryChannelLayer)
 
     # -- publishing -----------------------------------------------------------------
 
     def publish(self, entry_id: int, entry: Entry) -> None:
         """Publish a committed entry, soon (never waits)."""
+        if self.local_only and not self.subscribers:
+            return
         if len(self.pending) >= QUEUE_LIMIT:
             self.dropped += 1
             return
