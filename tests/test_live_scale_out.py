@@ -41,6 +41,7 @@ RULES = {
     ]
 }
 CONTROL = {"Authorization": f"Bearer {TOKEN}"}
+DROPPED_WHILE_DOWN = 'static_agents_live_dropped_total{where="publish"}'
 
 
 def live_url(base: str, **params: str) -> str:
@@ -205,12 +206,15 @@ def test_redis_stopped_mid_test_loses_no_reply_and_the_feed_recovers(
                 return statuses, (await next_event(socket, "entry"))["entry"]
 
         statuses, after = asyncio.run(run())
+        metrics = httpx.get(f"{live.url}/metrics", headers=CONTROL).text
         journal = httpx.get(
             f"{live.url}/control/journal",
             params={"session": "outage", "page_size": "100"},
             headers=CONTROL,
         ).json()["results"]
     assert statuses == [200] * 20
+    dropped = [line for line in metrics.splitlines() if line.startswith(DROPPED_WHILE_DOWN)]
+    assert dropped and float(dropped[0].split()[-1]) >= 1  # entries answered meanwhile
     assert after["query"] == "after"
     queries = sorted(entry["query"] for entry in journal)
     assert queries == sorted(["before", "after", *(f"during {n}" for n in range(20))])

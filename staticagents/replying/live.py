@@ -8,7 +8,7 @@ answers (``FALLBACKS``). With one worker the in-memory layer carries them; with
 The reply path never waits for the layer: ``publish`` appends to a bounded
 queue (beyond ``QUEUE_LIMIT`` an entry is dropped and counted) and a task sends
 what gathered over ``FLUSH_SECONDS``, one message per group. A layer that fails
-drops what it was sent (counted in ``Feed.dropped``), every local subscriber is
+drops what it was sent (counted in ``Feed.dropped`` and ``/metrics``), every local subscriber is
 told ``unavailable``, and the feed joins its groups again every
 ``RETRY_SECONDS`` until the layer answers (``available``).
 
@@ -36,6 +36,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from staticagents.conf import settings
 from staticagents.serving.loop_local import LoopLocal
+from staticagents.serving.metrics import LIVE_DROPPED
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ class Subscription:
         if len(self.events) >= self.limit:
             self.events.popleft()
             self.dropped += 1
+            LIVE_DROPPED.labels("subscriber").inc()
         self.events.append(event)
         self.ready.set()
 
@@ -182,6 +184,7 @@ class Feed:
         self.joined: set[str] = set()
         self.channel: str | None = None
         self.receiver: asyncio.Task[None] | None = None
+        self.opening = asyncio.Lock()
         self.streams: dict[int, list[OpenStream]] = {}
         # An in-memory layer reaches only this loop's subscribers: with none, nobody listens.
         layer = get_channel_layer()
@@ -195,6 +198,7 @@ class Feed:
             return
         if len(self.pending) >= QUEUE_LIMIT:
             self.dropped += 1
+            LIVE_DROPPED.labels("publish").inc()
             return
         now = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
         self.pending.append((entry_id, entry, now))
@@ -234,7 +238,9 @@ class Feed:
             try:
                 await layer.group_send(group, {**message, "group": group})
             except Exception as exc:
-                self.dropped += len(message.get("entries", ())) or 1
+                lost = len(message.get("entries", ())) or 1
+                self.dropped += lost
+                LIVE_DROPPED.labels("publish").inc(lost)
                 self._lost(exc)
 
     # -- subscribing ----------------------------------------------------------------
@@ -263,10 +269,14 @@ class Feed:
             self.receiver = self.loop.create_task(self._receive())
 
     async def _join(self, group: str) -> None:
-        if group in self.joined or self.channel is None:
+        """Join ``group`` on the layer (once), so that a new subscriber misses nothing after."""
+        if group in self.joined:
             return
         layer = get_channel_layer()
         assert layer is not None
+        async with self.opening:  # one channel, though the receiver and a subscriber ask at once
+            if self.channel is None:
+                self.channel = await layer.new_channel(PREFIX + "live.")
         await layer.group_add(group, self.channel)
         self.joined.add(group)
 
@@ -276,14 +286,13 @@ class Feed:
         rejoin_at = 0.0
         while True:
             try:
-                if self.channel is None:
-                    self.channel = await layer.new_channel(PREFIX + "live.")
-                if not self.available or self.loop.time() >= rejoin_at:
+                if self.channel is None or not self.available or self.loop.time() >= rejoin_at:
                     self.joined.clear()
                     for group in (CONTROL, *self.subscribers):
                         await self._join(group)
                     rejoin_at = self.loop.time() + REJOIN_SECONDS
                     self._set_available(True)
+                assert self.channel is not None
                 wait = REJOIN_SECONDS if self.available else RETRY_SECONDS
                 try:
                     message = await asyncio.wait_for(layer.receive(self.channel), wait)

@@ -147,10 +147,14 @@ async def test_a_ruleset_change_is_announced_with_its_version(
 
 
 def test_a_slow_subscriber_loses_the_oldest_events_and_is_told_how_many() -> None:
+    from staticagents.serving.metrics import LIVE_DROPPED
+
+    counted = LIVE_DROPPED.labels("subscriber")._value.get()
     subscription = live.Subscription(live.Filters(), limit=3)
     for n in range(5):
         subscription.offer({"type": "entry", "entry": {"id": n}})
     events = asyncio.run(subscription.next_events())
+    assert LIVE_DROPPED.labels("subscriber")._value.get() == counted + 2
     assert events[0] == {"type": "dropped", "count": 2}
     assert [e["entry"]["id"] for e in events[1:]] == [2, 3, 4]
 
