@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import hashlib
 import logging
 from collections import defaultdict, deque
@@ -35,6 +36,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from staticagents.conf import settings
+from staticagents.replying import journal as _journal  # which imports this module: used late
 from staticagents.serving.loop_local import LoopLocal
 from staticagents.serving.metrics import LIVE_DROPPED
 
@@ -71,6 +73,7 @@ EVENT_FIELDS = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def _hashed(kind: str, key: str) -> str:
     # Group names allow only [a-zA-Z0-9-_.] and fewer than 100 characters.
     return f"{PREFIX}{kind}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
@@ -114,14 +117,13 @@ def is_fallback(entry: Mapping[str, Any]) -> bool:
     return entry.get("outcome") == "answered" and entry.get("rule") is None
 
 
-def entry_event(entry_id: int, entry: Entry, created_at: str) -> dict[str, Any]:
-    """The entry as the control API lists it (body and query cut as the journal keeps them)."""
-    from staticagents.replying.journal import bounded  # the journal imports this module
-
-    kept = bounded(entry, settings.STATIC_AGENTS_JOURNAL_BODY_BYTES)
+def entry_event(entry_id: int, entry: Entry, created_at: str, limit: int) -> dict[str, Any]:
+    """The entry as the control API lists it (body and query cut to ``limit`` bytes, as the
+    journal keeps them)."""
+    kept = _journal.bounded(entry, limit)
     event = {name: kept.get(name) for name in EVENT_FIELDS}
     event.update(id=entry_id, created_at=created_at, body_bytes=kept["body_bytes"])
-    event["body_truncated"] = kept["body_bytes"] > len(str(event["body"] or "").encode())
+    event["body_truncated"] = kept["body_bytes"] > limit
     event["method"] = event["method"] or ""
     return event
 
@@ -176,7 +178,7 @@ class Feed:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.pending: list[tuple[int, Entry, str]] = []
+        self.pending: list[tuple[int, Entry]] = []
         self.flushing = False
         self.dropped = 0  # entries never published: the queue was full, or the layer failed
         self.available = True
@@ -200,8 +202,7 @@ class Feed:
             self.dropped += 1
             LIVE_DROPPED.labels("publish").inc()
             return
-        now = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
-        self.pending.append((entry_id, entry, now))
+        self.pending.append((entry_id, entry))
         if not self.flushing:
             self.flushing = True
             self.loop.call_later(FLUSH_SECONDS, self._start_flush)
@@ -217,10 +218,13 @@ class Feed:
         finally:
             self.flushing = False
 
-    async def _send_batch(self, batch: list[tuple[int, Entry, str]]) -> None:
+    async def _send_batch(self, batch: list[tuple[int, Entry]]) -> None:
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for entry_id, entry, created_at in batch:
-            event = entry_event(entry_id, entry, created_at)
+        # The entries of a batch were committed within ``FLUSH_SECONDS``: one time for all.
+        created_at = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+        limit = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
+        for entry_id, entry in batch:
+            event = entry_event(entry_id, entry, created_at, limit)
             groups[ALL].append(event)
             groups[session_group(event["session"] or "")].append(event)
             groups[agent_type_group(event["agent_type"] or "")].append(event)

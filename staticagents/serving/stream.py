@@ -94,7 +94,7 @@ async def send_paced(
     when the service stops, what remains goes out at once, with its ending.
     """
     timer = timer or pacer()
-    with live.feed(timer.loop).streaming(entry_id) as stream:
+    with live.feed().streaming(entry_id) as stream:
         return await _send_paced(
             frames, render, write, finish, entry_id, timer, fault, error_frame, paced, stream
         )
