@@ -634,10 +634,10 @@ def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict
     """A session's fresh start: its sequence positions, fail-first counts, journal and
     script go; ``script`` (a validated rule document with ``responses``) is its new one."""
     with transaction.atomic():
-        # The session's streams still open, every worker ends once this commits.
-        since = timezone.now() - datetime.timedelta(
-            seconds=settings.STATIC_AGENTS_MAX_STREAM_SECONDS
-        )
+        # The session's streams still open, every worker ends once this commits (a stream
+        # may have waited to begin: serving.pacer.HOLD_LIMIT_SECONDS, with room to spare).
+        open_for = settings.STATIC_AGENTS_MAX_STREAM_SECONDS + 60
+        since = timezone.now() - datetime.timedelta(seconds=open_for)
         streaming = JournalEntry.objects.filter(session=session, created_at__gte=since)
         ids = list(streaming.values_list("id", flat=True))
         transaction.on_commit(functools.partial(live.announce_session_reset, session, ids))

@@ -204,3 +204,19 @@ async def test_a_staff_session_follows_with_the_journal_permission_from_the_same
         assert event["type"] == "error"
         await socket.wait_closed()
     assert socket.close_code == expected
+
+
+async def test_a_session_reset_ends_its_websocket_reply_with_its_done_event(service: str) -> None:
+    chat_url = service.replace("http://", "ws://") + "/ws/chat/"
+    control = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    async with connect(chat_url, additional_headers={"X-Static-Session": "ws-reset"}) as socket:
+        await socket.send(json.dumps({"query": "slowly"}))
+        events = [await next_event(socket)]
+        async with httpx.AsyncClient(base_url=service) as client:
+            reset = await client.delete("/control/sessions/ws-reset", headers=control)
+            assert reset.status_code == 200
+        while events[-1]["type"] not in ("done", "error"):
+            events.append(await next_event(socket))
+    assert events[-1]["type"] == "done"
+    text = "".join(e["text"] for e in events if e["type"] == "delta")
+    assert text.split() == ["word"] * 40
