@@ -24,6 +24,7 @@ django_application = StaticFiles(django_application)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from staticagents.control import live as live_journal  # noqa: E402
 from staticagents.dialects.adk import routes as adk  # noqa: E402
 from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
 from staticagents.dialects.embeddings import routes as embeddings  # noqa: E402
@@ -33,6 +34,7 @@ from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
 from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
+from staticagents.replying import live  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.serving.onehop import OneHopDjango  # noqa: E402
 from staticagents.serving.router import ReplyRouter  # noqa: E402
@@ -55,7 +57,9 @@ reply_routes = [
 ]
 # The control API, which tests drive before and after every agent run, in one thread hop.
 http_application = OneHopDjango("/control/", django_application)  # type: ignore[arg-type]
-websocket_application = URLRouter([*websocket.websocket_routes, websocket.unknown_path_route])
+websocket_application = URLRouter(
+    [*websocket.websocket_routes, *live_journal.websocket_routes, websocket.unknown_path_route]
+)
 # Every request is counted and logged (serving.telemetry); /sessions/{key}/... binds the
 # rest of the path to a session; a reply route's request then goes straight to its handler
 # (which refuses a NUL character in the path or query itself); any other request meets the
@@ -79,7 +83,8 @@ application = Observed(
 
 def served_application() -> Any:
     """The ASGI application as ``serve`` runs it, in each worker process: streams end at once
-    when the service is told to stop (``serving.shutdown``), and the collector is tuned.
+    when the service is told to stop (``serving.shutdown``), the worker listens on the
+    channel layer (``replying.live``), and the collector is tuned.
 
     Each request allocates thousands of short-lived containers, so with Python's
     default thresholds the cyclic collector ran thousands of times a second (a
@@ -88,7 +93,9 @@ def served_application() -> Any:
     what start-up built is frozen out of its way.
     """
     with contextlib.suppress(RuntimeError):  # called outside a server's loop: no signals
-        stop_streams_on_exit_signals(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        stop_streams_on_exit_signals(loop)
+        live.feed(loop).start()  # session resets and ruleset versions reach this worker
     gc.collect()
     gc.freeze()
     gc.set_threshold(1_000_000, 20, 100)

@@ -10,6 +10,8 @@ signal receivers: a model saved or deleted elsewhere does not reach the workers.
 
 from __future__ import annotations
 
+import datetime
+import functools
 import secrets
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
@@ -18,6 +20,7 @@ from typing import Any, TypeVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Max, Model, QuerySet
+from django.utils import timezone
 
 from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
@@ -34,6 +37,7 @@ from staticagents.models import (
     SessionCounter,
     SessionScript,
 )
+from staticagents.replying import live
 from staticagents.selectors import digested_document, rule_shadows, ruleset_version
 
 
@@ -93,7 +97,9 @@ def _bump_version(*, by: str, what: str, written: Iterable[_RuleRows] = ()) -> i
         RulesetState.objects.get_or_create(
             pk=1, defaults={"version": 1, "stamp": RulesetState.new_stamp()}
         )
-    return _record_version(by=by, what=what, written=written)
+    number = _record_version(by=by, what=what, written=written)
+    transaction.on_commit(lambda: live.announce_ruleset(number))
+    return number
 
 
 # The documents of the rules of the last version this process recorded, by digest: rules
@@ -710,6 +716,13 @@ def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict
     """A session's fresh start: its sequence positions, fail-first counts, journal and
     script go; ``script`` (a validated rule document with ``responses``) is its new one."""
     with transaction.atomic():
+        # The session's streams still open, every worker ends once this commits (a stream
+        # may have waited to begin: serving.pacer.HOLD_LIMIT_SECONDS, with room to spare).
+        open_for = settings.STATIC_AGENTS_MAX_STREAM_SECONDS + 60
+        since = timezone.now() - datetime.timedelta(seconds=open_for)
+        streaming = JournalEntry.objects.filter(session=session, created_at__gte=since)
+        ids = list(streaming.values_list("id", flat=True))
+        transaction.on_commit(functools.partial(live.announce_session_reset, session, ids))
         counters = _fast_delete(SessionCounter.objects.filter(session=session))
         entries = _fast_delete(JournalEntry.objects.filter(session=session))
         scripts = _fast_delete(SessionScript.objects.filter(session=session))

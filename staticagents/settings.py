@@ -205,9 +205,12 @@ DATABASES = {"default": database_config(database_url(default_database_url()))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "", schemes=REDIS_SCHEMES)
+# redis-py's reads time out after 5 s by default, as channels-redis's BRPOP does: a read
+# would then fail now and then on an idle layer. Reads wait longer than a BRPOP.
+REDIS_HOST = {"address": REDIS_URL, "socket_timeout": 15}
 CHANNEL_LAYERS = {
     "default": (
-        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_HOST]}}
         if REDIS_URL
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     )

@@ -7,6 +7,7 @@
 * ``journal.record_now(entry)`` (code in a thread: DRF views, ADK runs, Galaxy
   chat turns): the same, on the thread's own Django connection, inside its
   transaction if it has one;
+* each entry, once committed, goes to the live journal (``replying.live``);
 * ``await journal.mark(entry_id, outcome)``: record that a stream ended early
   (``cancelled``: the client left; ``cut_off``: it ran too long);
 * ``await journal.run(job)`` (``journal.run_now(job)`` in a thread): run a
@@ -74,6 +75,7 @@ from django.db.models import Field
 
 from staticagents.conf import settings
 from staticagents.models import JournalEntry
+from staticagents.replying import live
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
 from staticagents.replying.recorded import note_entry, note_outcome
 
@@ -226,8 +228,11 @@ class JournalWriter:
         note_entry(entry)
         backend = self._on_loop()
         if backend is not None:
-            return await backend.insert(entry)
-        return cast(int, await self._thread.submit(entry))
+            pk = await backend.insert(entry)
+        else:
+            pk = cast(int, await self._thread.submit(entry))
+        live.feed().publish(pk, entry)  # committed: the live journal may tell it
+        return pk
 
     def record_now(self, entry: Entry) -> int:
         """Insert ``entry`` on this thread's connection (in its transaction, if any); its id."""
@@ -235,6 +240,9 @@ class JournalWriter:
         db = connections[self.using]
         with transaction.atomic(using=self.using):
             [pk] = _write(db, self._table(db, "%s"), self._cap, [entry], [])
+            transaction.on_commit(
+                functools.partial(live.publish_from_thread, pk, entry), using=self.using
+            )
         return pk
 
     async def mark(self, entry_id: int | None, outcome: str) -> None:

@@ -42,6 +42,14 @@ STREAMS_OPEN = Gauge(
     registry=registry,
 )
 
+LIVE_DROPPED = Counter(
+    "static_agents_live_dropped",
+    "Live journal events let go: not published (queue full, channel layer down) or not "
+    "delivered (a subscriber read too slowly).",
+    ["where"],
+    registry=registry,
+)
+
 
 class JournalSize(Collector):
     """The journal's entries, counted when scraped."""

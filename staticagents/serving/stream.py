@@ -37,6 +37,7 @@ from staticagents.conf import settings
 from staticagents.core.replies import Fault, Timing
 from staticagents.core.timing import TimedFrame
 from staticagents.core.values import value_class
+from staticagents.replying import live
 from staticagents.replying.journal import journal
 from staticagents.serving.pacer import Pacer, pacer
 
@@ -88,8 +89,29 @@ async def send_paced(
     write, the loop serving its other work between two full ones: a stream of
     a million frames due at once holds neither memory nor the loop (a short
     one is still a single write).
+
+    A reset of the entry's session (``replying.live``) hurries the stream: as
+    when the service stops, what remains goes out at once, with its ending.
     """
     timer = timer or pacer()
+    with live.feed().streaming(entry_id) as stream:
+        return await _send_paced(
+            frames, render, write, finish, entry_id, timer, fault, error_frame, paced, stream
+        )
+
+
+async def _send_paced(
+    frames: Iterable[TimedFrame],
+    render: Callable[[list[TimedFrame]], Batch],
+    write: Callable[[Batch], Awaitable[None]],
+    finish: Callable[[Batch], Awaitable[None]] | None,
+    entry_id: int | None,
+    timer: Pacer,
+    fault: Fault | None,
+    error_frame: Callable[[float], TimedFrame] | None,
+    paced: bool,
+    stream: live.OpenStream,
+) -> CutOff | Faulted | None:
     clock = timer.loop.time
     # Under overload, a paced stream waits here to begin.
     async with timer.place() if paced else contextlib.nullcontext():
@@ -106,15 +128,18 @@ async def send_paced(
             if at > limit:
                 if due:
                     await write(render(due))
-                await timer.until(start + limit)
+                if not stream.hurried:  # a reset ends it here, with the cut-off's error
+                    stream.waiting = timer.until(start + limit)
+                    await stream.waiting
                 await journal.mark(entry_id, "cut_off")
                 return CutOff(limit)
-            if start + at > clock():
+            if start + at > clock() and not stream.hurried:
                 if due:
                     await _write_now(due, render, write, timer)
                     due = []
                 if start + at > clock():
-                    await timer.until(start + at)
+                    stream.waiting = timer.until(start + at)
+                    await stream.waiting
             if fault is not None and index >= fault.after_chunks:
                 return await _fail(
                     fault, frame, due, render, write, error_frame, entry_id, stall_until

@@ -27,12 +27,13 @@ import json
 import os
 import secrets
 import ssl
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -47,6 +48,7 @@ __all__ = [
     "FixtureRejected",
     "FixtureSource",
     "InstallResult",
+    "NoMatchingRequest",
     "RecordedRequest",
     "Reply",
     "ServiceUnreachable",
@@ -70,6 +72,20 @@ __all__ = [
 
 class StaticAgentsError(Exception):
     """Anything that went wrong talking to Static Agents."""
+
+
+class NoMatchingRequest(StaticAgentsError):
+    """``wait_for`` timed out: no request matched; ``arrived`` is what did arrive."""
+
+    def __init__(self, wanted: str, timeout: float, arrived: Sequence[RecordedRequest]) -> None:
+        self.arrived = list(arrived)
+        lines = [f"no request matching {wanted} arrived within {timeout:g} s"]
+        if arrived:
+            lines.append(f"{len(arrived)} request(s) arrived:")
+            lines += [f"  #{entry.id} {entry.query!r}: {entry.describe()}" for entry in arrived]
+        else:
+            lines.append("no request arrived in the session")
+        super().__init__("\n".join(lines))
 
 
 class ServiceUnreachable(StaticAgentsError):
@@ -645,6 +661,94 @@ class StaticAgentsClient:
         entries = [RecordedRequest.from_json(e) for e in self._journal_pages(params)]
         return sorted(entries, key=lambda entry: entry.id)
 
+    def wait_for(
+        self,
+        predicate: Callable[[RecordedRequest], bool] | None = None,
+        *,
+        timeout: float = 10.0,
+        session: str | None = None,
+        every_session: bool = False,
+        **filters: str | bool,
+    ) -> RecordedRequest:
+        """The first request of the session (default: this client's) that matches
+        ``filters`` (as ``requests()`` takes them) and ``predicate``, waiting up to
+        ``timeout`` seconds for it: for an agent that calls the model in the background.
+
+        A request that arrived before the call counts: the journal is read once the
+        live journal (``/control/journal/live``) is followed, then what arrives.
+        Raises ``NoMatchingRequest`` listing what did arrive.
+        """
+        from websockets.exceptions import WebSocketException
+        from websockets.sync.client import connect
+
+        key = None if every_session else (session or self._session)
+        params = {
+            "session": key,
+            "agent_type": filters.get("agent_type"),
+            "outcome": filters.get("outcome"),
+        }
+        query = urlencode({k: v for k, v in params.items() if isinstance(v, str)})
+        url = f"{self.base_url.replace('http', 'ws', 1)}/control/journal/live?{query}"
+        secure = _tls_context() if url.startswith("wss:") else None
+        token = self._http.headers.get("Authorization")
+        headers = {"Authorization": token} if token else {}
+        wanted = _describe_wanted(predicate, filters)
+        deadline = time.monotonic() + timeout
+        try:
+            with connect(
+                url, additional_headers=headers, ssl=secure, open_timeout=timeout, max_size=None
+            ) as socket:
+                first = json.loads(socket.recv(timeout=timeout))
+                if first.get("type") != "subscribed":
+                    raise ControlAPIError(
+                        "following the journal",
+                        int(first.get("status") or 0),
+                        [ErrorDetail(path="", message=str(first.get("message", first)))],
+                    )
+                arrived = self.requests(session, every_session=every_session, **filters)
+                for entry in arrived:
+                    if predicate is None or predicate(entry):
+                        return entry
+                seen = {entry.id for entry in arrived}
+                while (left := deadline - time.monotonic()) > 0:
+                    try:
+                        event = json.loads(socket.recv(timeout=left))
+                    except TimeoutError:
+                        break
+                    if event.get("type") != "entry" or event["entry"]["id"] in seen:
+                        continue
+                    entry = RecordedRequest.from_json(event["entry"])
+                    seen.add(entry.id)
+                    if _kept(entry, filters):
+                        arrived.append(entry)
+                        if predicate is None or predicate(entry):
+                            return entry
+        except (OSError, WebSocketException) as exc:
+            raise ServiceUnreachable(
+                f"cannot follow the journal at {self.base_url}: {exc or type(exc).__name__}"
+            ) from exc
+        raise NoMatchingRequest(wanted, timeout, arrived)
+
+    def expect_request(
+        self,
+        query: str | None = None,
+        *,
+        timeout: float = 10.0,
+        session: str | None = None,
+        every_session: bool = False,
+        **filters: str | bool,
+    ) -> RecordedRequest:
+        """``wait_for`` the first request whose query contains ``query`` (any, if None)."""
+        wanted = query
+
+        def asks(entry: RecordedRequest) -> bool:
+            return wanted is None or wanted in entry.query
+
+        asks.__doc__ = "any request" if wanted is None else f"query containing {wanted!r}"
+        return self.wait_for(
+            asks, timeout=timeout, session=session, every_session=every_session, **filters
+        )
+
     def _journal_pages(self, params: dict[str, str]) -> Iterator[Mapping[str, Any]]:
         response = self._send("GET", "/journal", "reading the journal", params=params)
         while True:
@@ -728,6 +832,29 @@ class StaticAgentsClient:
 
     def __repr__(self) -> str:
         return f"StaticAgentsClient({self.base_url!r}, session={self._session!r})"
+
+
+def _kept(entry: RecordedRequest, filters: Mapping[str, str | bool]) -> bool:
+    """Whether ``entry`` passes the journal's filters (as ``GET /control/journal`` applies them)."""
+    for name, value in filters.items():
+        if name == "fallback":
+            if entry.fallback != bool(value):
+                return False
+        elif name == "contains":
+            if str(value) not in entry.raw_body:
+                return False
+        elif getattr(entry, name, None) != value:
+            return False
+    return True
+
+
+def _describe_wanted(
+    predicate: Callable[[RecordedRequest], bool] | None, filters: Mapping[str, str | bool]
+) -> str:
+    parts = [f"{name}={value!r}" for name, value in filters.items()]
+    if predicate is not None:
+        parts.append(predicate.__doc__ or str(getattr(predicate, "__name__", "the predicate")))
+    return ", ".join(parts) or "anything"
 
 
 def _raise_for_status(response: httpx.Response, action: str) -> None:

@@ -21,6 +21,12 @@ Fixtures:
   the same session as a header, for a client that builds its own URLs.
 * ``static_agents_server``: the running service (``.url``, ``.token``), once per run.
 
+An agent that calls the model in the background (a task, a thread, a worker) is
+waited for, not polled: ``static_agents.expect_request("summarise", timeout=5)``
+returns the first request of the test's session whose query contains that text
+(``wait_for(predicate, **filters)`` for any condition), even one that arrived
+before the call, and raises ``NoMatchingRequest`` listing what did arrive.
+
 When a test that used the service fails, its report shows the journal of its session,
 and the requests that reached the global session while it ran (a forgotten header, a
 URL built by hand). Under pytest-xdist each worker starts a service of its own.

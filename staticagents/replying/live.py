@@ -1,0 +1,417 @@
+"""The live journal: entries, session resets and ruleset changes on the Channels layer.
+
+Every journal entry, once committed, is published to groups a subscriber can
+join: every entry (``ALL``), one session, one agent type, or the fallback's
+answers (``FALLBACKS``). With one worker the in-memory layer carries them; with
+``REDIS_URL``, channels-redis carries them between workers.
+
+The reply path never waits for the layer: ``publish`` appends to a bounded
+queue (beyond ``QUEUE_LIMIT`` an entry is dropped and counted) and a task sends
+what gathered over ``FLUSH_SECONDS``, one message per group. A layer that fails
+drops what it was sent (counted in ``Feed.dropped`` and ``/metrics``), every local subscriber is
+told ``unavailable``, and the feed joins its groups again every
+``RETRY_SECONDS`` until the layer answers (``available``).
+
+Each process (each loop) keeps one channel on the layer (``Feed``): it joins the
+groups its local subscribers need and always ``CONTROL``, where session resets
+(open streams of the session end at once: ``Feed.hurry``) and ruleset versions
+are announced. A subscriber holds at most ``Subscription.limit`` events: when it
+reads too slowly the oldest go, and it is told how many (a ``dropped`` event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import functools
+import hashlib
+import logging
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+from staticagents.conf import settings
+from staticagents.replying import journal as _journal  # which imports this module: used late
+from staticagents.serving.loop_local import LoopLocal
+from staticagents.serving.metrics import LIVE_DROPPED
+
+log = logging.getLogger(__name__)
+
+Entry = Mapping[str, Any]
+
+FLUSH_SECONDS = 0.02
+QUEUE_LIMIT = 10_000  # entries waiting to be published, at most
+RETRY_SECONDS = 1.0
+REJOIN_SECONDS = 3600.0  # groups expire on the layer after a day: joined again hourly
+SUBSCRIBER_LIMIT = 1000  # events a subscriber holds before the oldest go
+
+PREFIX = "static-agents."
+ALL = PREFIX + "all"
+FALLBACKS = PREFIX + "fallbacks"
+CONTROL = PREFIX + "control"
+# What an event carries of an entry (the control API's journal entry, ``created_at`` aside).
+EVENT_FIELDS = (
+    "dialect",
+    "route",
+    "method",
+    "session",
+    "agent_type",
+    "model",
+    "query",
+    "body",
+    "headers",
+    "rule",
+    "outcome",
+    "status",
+    "duration_ms",
+    "diagnosis",
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _hashed(kind: str, key: str) -> str:
+    # Group names allow only [a-zA-Z0-9-_.] and fewer than 100 characters.
+    return f"{PREFIX}{kind}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+
+
+def session_group(session: str) -> str:
+    return _hashed("session", session)
+
+
+def agent_type_group(agent_type: str) -> str:
+    return _hashed("agent", agent_type)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a subscriber wants; empty: every entry."""
+
+    session: str | None = None
+    agent_type: str | None = None
+    outcome: str | None = None
+    fallbacks: bool = False
+
+    def group(self) -> str:
+        """The one group that carries every entry these filters may keep."""
+        if self.session is not None:
+            return session_group(self.session)
+        if self.agent_type is not None:
+            return agent_type_group(self.agent_type)
+        return FALLBACKS if self.fallbacks else ALL
+
+    def keep(self, entry: Mapping[str, Any]) -> bool:
+        return (
+            (self.session is None or entry.get("session") == self.session)
+            and (self.agent_type is None or entry.get("agent_type") == self.agent_type)
+            and (self.outcome is None or entry.get("outcome") == self.outcome)
+            and (not self.fallbacks or is_fallback(entry))
+        )
+
+
+def is_fallback(entry: Mapping[str, Any]) -> bool:
+    return entry.get("outcome") == "answered" and entry.get("rule") is None
+
+
+def entry_event(entry_id: int, entry: Entry, created_at: str, limit: int) -> dict[str, Any]:
+    """The entry as the control API lists it (body and query cut to ``limit`` bytes, as the
+    journal keeps them)."""
+    kept = _journal.bounded(entry, limit)
+    event = {name: kept.get(name) for name in EVENT_FIELDS}
+    event.update(id=entry_id, created_at=created_at, body_bytes=kept["body_bytes"])
+    event["body_truncated"] = kept["body_bytes"] > limit
+    event["method"] = event["method"] or ""
+    return event
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One subscriber's events, newest last, at most ``limit`` (the oldest go, counted)."""
+
+    filters: Filters
+    limit: int = SUBSCRIBER_LIMIT
+    events: deque[dict[str, Any]] = field(default_factory=deque)
+    dropped: int = 0
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def offer(self, event: dict[str, Any]) -> None:
+        if len(self.events) >= self.limit:
+            self.events.popleft()
+            self.dropped += 1
+            LIVE_DROPPED.labels("subscriber").inc()
+        self.events.append(event)
+        self.ready.set()
+
+    async def next_events(self) -> list[dict[str, Any]]:
+        """What arrived since the last call (waiting for something), a ``dropped`` first."""
+        await self.ready.wait()
+        self.ready.clear()
+        taken = list(self.events)
+        self.events.clear()
+        if self.dropped:
+            taken.insert(0, {"type": "dropped", "count": self.dropped})
+            self.dropped = 0
+        return taken
+
+
+class OpenStream:
+    """An open stream that a session reset may hurry (``Feed.streaming``)."""
+
+    __slots__ = ("hurried", "waiting")
+
+    def __init__(self) -> None:
+        self.hurried = False
+        self.waiting: asyncio.Future[None] | None = None
+
+    def hurry(self) -> None:
+        self.hurried = True
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.set_result(None)
+
+
+class Feed:
+    """The live journal of one event loop (see the module doc)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: list[tuple[int, Entry]] = []
+        self.flushing = False
+        self.dropped = 0  # entries never published: the queue was full, or the layer failed
+        self.available = True
+        self.subscribers: dict[str, set[Subscription]] = defaultdict(set)
+        self.joined: set[str] = set()
+        self.channel: str | None = None
+        self.receiver: asyncio.Task[None] | None = None
+        self.opening = asyncio.Lock()
+        self.streams: dict[int, list[OpenStream]] = {}
+        # An in-memory layer reaches only this loop's subscribers: with none, nobody listens.
+        layer = get_channel_layer()
+        self.local_only = layer is None or isinstance(layer, InMemoryChannelLayer)
+
+    # -- publishing -----------------------------------------------------------------
+
+    def publish(self, entry_id: int, entry: Entry) -> None:
+        """Publish a committed entry, soon (never waits)."""
+        if self.local_only and not self.subscribers:
+            return
+        if len(self.pending) >= QUEUE_LIMIT:
+            self.dropped += 1
+            LIVE_DROPPED.labels("publish").inc()
+            return
+        self.pending.append((entry_id, entry))
+        if not self.flushing:
+            self.flushing = True
+            self.loop.call_later(FLUSH_SECONDS, self._start_flush)
+
+    def _start_flush(self) -> None:
+        self.loop.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                await self._send_batch(batch)
+        finally:
+            self.flushing = False
+
+    async def _send_batch(self, batch: list[tuple[int, Entry]]) -> None:
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        # The entries of a batch were committed within ``FLUSH_SECONDS``: one time for all.
+        created_at = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+        limit = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
+        for entry_id, entry in batch:
+            event = entry_event(entry_id, entry, created_at, limit)
+            groups[ALL].append(event)
+            groups[session_group(event["session"] or "")].append(event)
+            groups[agent_type_group(event["agent_type"] or "")].append(event)
+            if is_fallback(event):
+                groups[FALLBACKS].append(event)
+        await self.send_to_groups(
+            {g: {"type": "live.entries", "entries": e} for g, e in groups.items()}
+        )
+
+    async def send_to_groups(self, messages: Mapping[str, dict[str, Any]]) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        for group, message in messages.items():
+            try:
+                await layer.group_send(group, {**message, "group": group})
+            except Exception as exc:
+                lost = len(message.get("entries", ())) or 1
+                self.dropped += lost
+                LIVE_DROPPED.labels("publish").inc(lost)
+                self._lost(exc)
+
+    # -- subscribing ----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def subscribed(self, filters: Filters) -> Any:
+        """``async with feed.subscribed(filters) as subscription:`` receives its events."""
+        subscription = Subscription(filters)
+        group = filters.group()
+        self.subscribers[group].add(subscription)
+        self.start()
+        try:
+            await self._join(group)
+        except Exception as exc:
+            self._lost(exc)
+        try:
+            yield subscription
+        finally:
+            self.subscribers[group].discard(subscription)
+            if not self.subscribers[group]:
+                del self.subscribers[group]
+
+    def start(self) -> None:
+        """Receive from the layer (once): resets and ruleset versions, and what subscribers join."""
+        if self.receiver is None and get_channel_layer() is not None:
+            self.receiver = self.loop.create_task(self._receive())
+
+    async def _join(self, group: str) -> None:
+        """Join ``group`` on the layer (once), so that a new subscriber misses nothing after."""
+        if group in self.joined:
+            return
+        layer = get_channel_layer()
+        assert layer is not None
+        async with self.opening:  # one channel, though the receiver and a subscriber ask at once
+            if self.channel is None:
+                self.channel = await layer.new_channel(PREFIX + "live.")
+        await layer.group_add(group, self.channel)
+        self.joined.add(group)
+
+    async def _receive(self) -> None:
+        layer = get_channel_layer()
+        assert layer is not None
+        rejoin_at = 0.0
+        while True:
+            try:
+                if self.channel is None or not self.available or self.loop.time() >= rejoin_at:
+                    self.joined.clear()
+                    for group in (CONTROL, *self.subscribers):
+                        await self._join(group)
+                    rejoin_at = self.loop.time() + REJOIN_SECONDS
+                    self._set_available(True)
+                assert self.channel is not None
+                wait = REJOIN_SECONDS if self.available else RETRY_SECONDS
+                try:
+                    message = await asyncio.wait_for(layer.receive(self.channel), wait)
+                except TimeoutError:
+                    continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._lost(exc)
+                if isinstance(layer, InMemoryChannelLayer):
+                    self.channel = None
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "live.entries":
+            for subscription in self.subscribers.get(message.get("group", ""), ()):
+                for entry in message["entries"]:
+                    if subscription.filters.keep(entry):
+                        subscription.offer({"type": "entry", "entry": entry})
+        elif kind == "live.reset":
+            for entry_id in message.get("entries", ()):
+                for stream in self.streams.get(entry_id, ()):
+                    stream.hurry()
+            self._tell_all({"type": "session_reset", "session": message.get("session")})
+        elif kind == "live.ruleset":
+            self._tell_all({"type": "ruleset", "version": message.get("version")})
+
+    def _tell_all(self, event: dict[str, Any]) -> None:
+        for subscriptions in self.subscribers.values():
+            for subscription in subscriptions:
+                subscription.offer(event)
+
+    def _lost(self, exc: Exception) -> None:
+        if self.available:
+            log.warning("the channel layer failed (%s): the live journal is unavailable", exc)
+        self._set_available(False)
+
+    def _set_available(self, available: bool) -> None:
+        if available != self.available:
+            self.available = available
+            self._tell_all({"type": "available" if available else "unavailable"})
+
+    # -- streams a session reset ends ---------------------------------------------------
+
+    @contextlib.contextmanager
+    def streaming(self, entry_id: int | None) -> Iterator[OpenStream]:
+        """The stream of the entry ``entry_id``, open while the block runs: a reset of its
+        session hurries it (its ``waiting`` future is resolved and it waits no more)."""
+        stream = OpenStream()
+        if entry_id is None:
+            yield stream
+            return
+        self.start()
+        self.streams.setdefault(entry_id, []).append(stream)
+        try:
+            yield stream
+        finally:
+            open_ones = self.streams[entry_id]
+            open_ones.remove(stream)
+            if not open_ones:
+                del self.streams[entry_id]
+
+
+feeds: LoopLocal[Feed] = LoopLocal(Feed)
+
+
+def feed(loop: asyncio.AbstractEventLoop | None = None) -> Feed:
+    """The running loop's feed."""
+    return feeds.get(loop)
+
+
+def publish_from_thread(entry_id: int, entry: Entry) -> None:
+    """``publish`` from a thread (a view's transaction has committed): on the serving loop."""
+    _on_serving_loop(lambda live: live.publish(entry_id, entry))
+
+
+def announce_session_reset(session: str, entry_ids: list[int]) -> None:
+    """Tell every worker that ``session`` started afresh: its open streams end at once."""
+    _announce({"type": "live.reset", "session": session, "entries": entry_ids})
+
+
+def announce_ruleset(version: int) -> None:
+    """Tell every worker and subscriber the ruleset's new version."""
+    _announce({"type": "live.ruleset", "version": version})
+
+
+def _announce(message: dict[str, Any]) -> None:
+    if _on_serving_loop(
+        lambda live: live.loop.create_task(live.send_to_groups({CONTROL: message}))
+    ):
+        return
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return  # no loop of this process listens, and no other process could
+    try:  # a command's process, beside the workers: straight to the layer
+        async_to_sync(layer.group_send)(CONTROL, message)
+    except Exception as exc:
+        log.warning("could not announce on the channel layer: %s", exc)
+
+
+def _on_serving_loop(call: Any) -> bool:
+    """Run ``call(feed)`` on the loop last served, if it runs; whether it could."""
+    last = feeds.last
+    if last is None or last[0].is_closed() or not last[0].is_running():
+        return False
+    loop, live = last
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        call(live)
+    else:
+        loop.call_soon_threadsafe(call, live)
+    return True
