@@ -133,7 +133,9 @@ class StaticAgentsServer:
         python = [sys.executable, "-P", "-m", "staticagents"]
         port = str(self.port)
         serve = ["serve", "--host", "127.0.0.1", "--port", port, "--log-level", "warning"]
-        return [*python, *serve, "--template-dir", str(TEMPLATE_DIR)]
+        # --skip-checks: Django's own checks import every URL and view (half a second);
+        # the service's checks of its settings still run.
+        return [*python, *serve, "--template-dir", str(TEMPLATE_DIR), "--skip-checks"]
 
     def child_environment(self) -> dict[str, str]:
         environment = {
