@@ -47,6 +47,9 @@ DEFAULT_FIXTURE = Path(staticagents.__file__).resolve().parent / "data" / "demo.
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
 # Migrated empty databases (``serve --template-dir``): a new service migrates nothing.
 TEMPLATE_DIR = Path(tempfile.gettempdir()) / "static-agents-templates"
+# Where the service keeps its bytecode when the environment says not to write it beside
+# the source: else each start compiles every module of the service again.
+BYTECODE_DIR = Path(tempfile.gettempdir()) / "static-agents-bytecode"
 
 
 class ServerFailed(RuntimeError):
@@ -143,6 +146,8 @@ class StaticAgentsServer:
             for name, value in os.environ.items()
             if name not in FOREIGN_VARIABLES and not name.startswith("STATIC_AGENTS_")
         }
+        if environment.pop("PYTHONDONTWRITEBYTECODE", ""):
+            environment.setdefault("PYTHONPYCACHEPREFIX", str(BYTECODE_DIR))
         environment.update(
             DJANGO_SETTINGS_MODULE="staticagents.settings",
             DATABASE_URL=f"sqlite:///{self.workdir / 'db.sqlite3'}",

@@ -48,3 +48,18 @@ def test_the_service_skips_djangos_checks_but_not_its_own(tmp_path: Path) -> Non
 
     assert "(staticagents.E006) STATIC_AGENTS_FIXTURE must name a fixture file" in str(failed.value)
     assert not (tmp_path / "db.sqlite3").exists()  # stopped before the database was touched
+
+
+def test_bytecode_the_environment_keeps_out_of_the_source_goes_to_a_cache_of_the_kit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setattr(kit_server, "BYTECODE_DIR", tmp_path / "bytecode")
+
+    with StaticAgentsServer(tmp_path / "service") as server:
+        environment = server.child_environment()
+    assert "PYTHONDONTWRITEBYTECODE" not in environment
+    assert environment["PYTHONPYCACHEPREFIX"] == str(tmp_path / "bytecode")
+    # The service's modules were compiled there, so the next start reads them.
+    assert list((tmp_path / "bytecode").rglob("staticagents/asgi.*.pyc"))
