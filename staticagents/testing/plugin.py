@@ -50,6 +50,7 @@ STARTED_KEY = pytest.StashKey[datetime]()
 # install is tried: a failed one may leave the question open).
 CUSTOM_RULES_KEY = pytest.StashKey[bool]()
 SHARED_KEY: pytest.StashKey[SharedService] = pytest.StashKey()
+LAUNCHED_KEY: pytest.StashKey[StaticAgentsServer] = pytest.StashKey()
 JOURNAL_SECTION = "Static Agents journal"
 STRAY_SECTION = "Static Agents: requests in the global session"
 # What puts a stray request of each dialect in the test's session.
@@ -82,6 +83,22 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Launch the service as soon as the tests are known to need it, so that it starts
+    while pytest sets up what comes before the first of them (an xdist worker, which
+    runs only some of the tests it collected, starts it when a test asks)."""
+    config = session.config
+    if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if any("static_agents_server" in getattr(item, "fixturenames", ()) for item in session.items):
+        from staticagents.testing.server import StaticAgentsServer
+
+        factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+        server = StaticAgentsServer(factory.mktemp("static-agents"))
+        server.launch()
+        config.stash[LAUNCHED_KEY] = server
+
+
 @pytest.fixture(scope="session")
 def static_agents_server(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
@@ -93,7 +110,9 @@ def static_agents_server(
     if worker and request.config.getoption("static_agents_shared"):
         yield from shared_server(request.config, tmp_path_factory, worker)
         return
-    server = StaticAgentsServer(tmp_path_factory.mktemp("static-agents"))
+    server = request.config.stash.get(LAUNCHED_KEY, None)
+    if server is None:
+        server = StaticAgentsServer(tmp_path_factory.mktemp("static-agents"))
     server.start()
     try:
         yield server

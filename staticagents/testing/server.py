@@ -97,20 +97,26 @@ class StaticAgentsServer:
         """A client for this service's control API, on ``session`` (default: a new one)."""
         return StaticAgentsClient(self.url, token=self.token, session=session)
 
-    def start(self) -> None:
-        """Start the service and wait until its control API answers."""
+    def launch(self) -> None:
+        """Start the service's process, without waiting for it (``start`` waits)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self._spawn()
+        atexit.register(self.stop)
+
+    def start(self) -> None:
+        """Start the service (unless ``launch`` did) and wait until its control API answers."""
+        if self._process is None:
+            self.launch()
         for attempt in range(1, START_ATTEMPTS + 1):
-            self.port = free_port()
-            self._spawn()
             try:
                 self._wait_until_ready()
-                atexit.register(self.stop)
                 return
             except ServerFailed:
                 self.stop()
                 if attempt == START_ATTEMPTS or "address already in use" not in self.log():
                     raise
+                self.launch()
 
     def stop(self) -> None:
         """Stop the service (idempotent); kill it when it does not stop within 10 s."""

@@ -340,3 +340,28 @@ def test_the_plugin_shares_one_service_among_xdist_workers_on_request(
     # The last worker out stopped it.
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{urls.pop()}/v1/models", timeout=5)
+
+
+EARLY_LAUNCH = """
+from staticagents.testing.plugin import LAUNCHED_KEY
+
+PIDS = []
+
+
+def test_a_test_before_any_agent_test_finds_the_service_launched(request):
+    PIDS.append(request.config.stash[LAUNCHED_KEY].pid)
+    assert PIDS[0] is not None
+
+
+def test_the_first_agent_test_gets_the_launched_service(static_agents_server):
+    assert static_agents_server.pid == PIDS[0]
+    assert static_agents_server.client().counters(every_session=True).requests == 0
+"""
+
+
+def test_the_service_is_launched_once_the_tests_are_collected(
+    inner_pytest: pytest.Pytester,
+) -> None:
+    inner_pytest.makepyfile(test_early=EARLY_LAUNCH)
+    result = run(inner_pytest)
+    result.assert_outcomes(passed=2)
