@@ -3,7 +3,8 @@
 The workers meet in the directory they share (xdist's base temporary directory):
 under a lock file, the first worker to need the service starts it and writes its
 address, token and process id to a state file; the others read it from there
-and add their names; the last one to leave stops it.
+and add their names; the last one to leave (or the last live one, when a worker
+crashed) stops it.
 
 Sessions keep every test's scripts and journal apart, but the rules are the
 service's own. So a test whose fixture installs rules holds the service alone
@@ -63,6 +64,16 @@ def installs_rules(fixture: FixtureSource | None) -> bool:
     return isinstance(fixture, str | os.PathLike) or not isinstance(fixture, Sequence)
 
 
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
 class SessionOnlyClient(StaticAgentsClient):
     """The client of a test that holds the shared service shared: its session is its own,
     the rules are every worker's."""
@@ -98,7 +109,7 @@ class SharedService:
             state = self._read()
             if state is None or not self._answers(state):
                 state = self._start()
-            state["workers"].append(self.worker)
+            state["workers"][self.worker] = os.getpid()
             self._write(state)
         self.server = self._attached(state)
         return self.server
@@ -109,8 +120,11 @@ class SharedService:
             state = self._read()
             if state is None:
                 return
-            if self.worker in state["workers"]:
-                state["workers"].remove(self.worker)
+            state["workers"].pop(self.worker, None)
+            # A worker that crashed never leaves: only the live ones keep the service.
+            state["workers"] = {
+                name: pid for name, pid in state["workers"].items() if process_alive(pid)
+            }
             if state["workers"]:
                 self._write(state)
                 return
@@ -141,7 +155,7 @@ class SharedService:
             "token": server.token,
             "pid": server.pid,
             "workdir": str(server.workdir),
-            "workers": [],
+            "workers": {},  # name: process id
         }
 
     def _attached(self, state: dict[str, Any]) -> StaticAgentsServer:
