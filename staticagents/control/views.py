@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import IO, Any, ClassVar
 
 import orjson
+from django.db import connection
 from django.http import HttpResponse
 from rest_framework import serializers
 from rest_framework.authentication import (
@@ -339,7 +340,7 @@ class FixtureView(ControlView):
                 document = load_fixture(body, source="request body")
                 with compiled_before_commit():  # replies keep the old snapshot meanwhile
                     if replacing:
-                        list(RulesetState.objects.select_for_update().filter(pk=1).values("pk"))
+                        last_replace.lock_stamp()
                     result = import_fixture(document=document, merge=merge, dry_run=dry_run)
                     if replacing:
                         last_replace.remember(body, result)
@@ -357,6 +358,13 @@ class LastReplace:
 
     def __init__(self) -> None:
         self._remembered: tuple[bytes, str, ImportResult] | None = None
+
+    @staticmethod
+    def lock_stamp() -> None:
+        """Lock the stamp's row until the transaction ends (SQLite's write transaction
+        holds the whole database already)."""
+        if connection.features.has_select_for_update:
+            list(RulesetState.objects.select_for_update().filter(pk=1).values("pk"))
 
     def remember(self, body: bytes, result: ImportResult) -> None:
         """Called inside the replace's transaction, the stamp's row locked: the stamp read
