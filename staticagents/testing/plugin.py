@@ -88,7 +88,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     while pytest sets up what comes before the first of them (an xdist worker, which
     runs only some of the tests it collected, starts it when a test asks)."""
     config = session.config
-    if config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
+    runs_nothing = config.option.collectonly or getattr(config.option, "setupplan", False)
+    if runs_nothing or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if any("static_agents_server" in getattr(item, "fixturenames", ()) for item in session.items):
         from staticagents.testing.server import StaticAgentsServer
