@@ -29,7 +29,8 @@ before the call, and raises ``NoMatchingRequest`` listing what did arrive.
 
 When a test that used the service fails, its report shows the journal of its session,
 and the requests that reached the global session while it ran (a forgotten header, a
-URL built by hand). Under pytest-xdist each worker starts a service of its own.
+URL built by hand). Under pytest-xdist each worker starts a service of its own, or,
+with ``--static-agents-shared``, the workers share one (``testing.shared``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import pytest
 if TYPE_CHECKING:
     from staticagents.testing.client import FixtureSource, RecordedRequest, StaticAgentsClient
     from staticagents.testing.server import StaticAgentsServer
+    from staticagents.testing.shared import SharedService
 
 MARKER = "static_agents_fixture"
 CLIENT_KEY = pytest.StashKey["StaticAgentsClient"]()
@@ -53,6 +55,8 @@ STARTED_KEY = pytest.StashKey[datetime]()
 # Whether the service holds rules other than the demo it starts with (set before an
 # install is tried: a failed one may leave the question open).
 CUSTOM_RULES_KEY = pytest.StashKey[bool]()
+SHARED_KEY: pytest.StashKey[SharedService] = pytest.StashKey()
+LAUNCHED_KEY: pytest.StashKey[StaticAgentsServer] = pytest.StashKey()
 JOURNAL_SECTION = "Static Agents journal"
 STRAY_SECTION = "Static Agents: requests in the global session"
 # What puts a stray request of each dialect in the test's session.
@@ -68,6 +72,15 @@ SESSION_BOUND = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("static_agents").addoption(
+        "--static-agents-shared",
+        action="store_true",
+        help="under pytest-xdist, one Static Agents service for every worker "
+        "(tests with rules of their own then run one at a time)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -76,17 +89,57 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Launch the service as soon as the tests are known to need it, so that it starts
+    while pytest sets up what comes before the first of them (an xdist worker, which
+    runs only some of the tests it collected, starts it when a test asks)."""
+    config = session.config
+    runs_nothing = config.option.collectonly or getattr(config.option, "setupplan", False)
+    if runs_nothing or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if any("static_agents_server" in getattr(item, "fixturenames", ()) for item in session.items):
+        from staticagents.testing.server import StaticAgentsServer
+
+        factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+        server = StaticAgentsServer(factory.mktemp("static-agents"))
+        server.launch()
+        config.stash[LAUNCHED_KEY] = server
+
+
 @pytest.fixture(scope="session")
-def static_agents_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StaticAgentsServer]:
-    """The service, started once for the test run (or for each xdist worker)."""
+def static_agents_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[StaticAgentsServer]:
+    """The service, started once for the test run (or for each xdist worker, or shared)."""
     from staticagents.testing.server import StaticAgentsServer
 
-    server = StaticAgentsServer(tmp_path_factory.mktemp("static-agents"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and request.config.getoption("static_agents_shared"):
+        yield from shared_server(request.config, tmp_path_factory, worker)
+        return
+    server = request.config.stash.get(LAUNCHED_KEY, None)
+    if server is None:
+        server = StaticAgentsServer(tmp_path_factory.mktemp("static-agents"))
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+def shared_server(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, worker: str
+) -> Iterator[StaticAgentsServer]:
+    """The service every worker shares, met in the directory xdist's workers share."""
+    from staticagents.testing.shared import SharedService
+
+    service = SharedService(tmp_path_factory.getbasetemp().parent, worker)
+    server = service.join()
+    config.stash[SHARED_KEY] = service
+    try:
+        yield server
+    finally:
+        service.leave()
 
 
 @pytest.fixture
@@ -113,18 +166,37 @@ def static_agents(
     request: pytest.FixtureRequest,
 ) -> Iterator[StaticAgentsClient]:
     """A client on a new session, the rules replaced with the test's fixture (or the demo)."""
+    shared = request.config.stash.get(SHARED_KEY, None)
+    if shared is None:
+        yield from own_service_client(static_agents_server, static_agents_fixture, request)
+        return
+    from staticagents.testing.shared import installs_rules
+
+    alone = installs_rules(static_agents_fixture)
+    with shared.test(alone=alone):
+        try:
+            yield from shared_service_client(static_agents_server, static_agents_fixture, request)
+        finally:
+            if alone:
+                shared.restore_demo_rules()
+
+
+def own_service_client(
+    server: StaticAgentsServer, fixture: FixtureSource | None, request: pytest.FixtureRequest
+) -> Iterator[StaticAgentsClient]:
+    """A client of this run's (or this worker's) own service."""
     from staticagents.testing.client import new_session_key
     from staticagents.testing.server import DEFAULT_FIXTURE
 
-    client = static_agents_server.client(session=new_session_key(session_prefix(request)))
+    client = server.client(session=new_session_key(session_prefix(request)))
     request.node.stash[STARTED_KEY] = datetime.now(UTC)
     # Every test starts from known rules, so an earlier test's install never leaks in;
     # the demo rules the service starts with are installed again only when changed.
     rules = request.config.stash
     try:
-        if static_agents_fixture is not None:
+        if fixture is not None:
             rules[CUSTOM_RULES_KEY] = True
-            install_test_fixture(client, static_agents_fixture)
+            install_test_fixture(client, fixture)
         elif rules.get(CUSTOM_RULES_KEY, False):
             client.install(DEFAULT_FIXTURE)
             rules[CUSTOM_RULES_KEY] = False
@@ -134,6 +206,29 @@ def static_agents(
         if client.installs > installed_before_test:
             rules[CUSTOM_RULES_KEY] = True
         if client.scripted:  # a script lives as long as its session: this test
+            client.reset()
+    finally:
+        client.close()
+
+
+def shared_service_client(
+    server: StaticAgentsServer, fixture: FixtureSource | None, request: pytest.FixtureRequest
+) -> Iterator[StaticAgentsClient]:
+    """A client of the service the workers share; the demo rules unless the test holds the
+    service alone (its fixture's rules, which it may replace again)."""
+    from staticagents.testing.client import StaticAgentsClient, new_session_key
+    from staticagents.testing.shared import SessionOnlyClient, installs_rules
+
+    kind = StaticAgentsClient if installs_rules(fixture) else SessionOnlyClient
+    session = new_session_key(session_prefix(request))
+    client = kind(server.url, token=server.token, session=session)
+    request.node.stash[STARTED_KEY] = datetime.now(UTC)
+    try:
+        if fixture is not None:
+            install_test_fixture(client, fixture)
+        request.node.stash[CLIENT_KEY] = client
+        yield client
+        if client.scripted:
             client.reset()
     finally:
         client.close()

@@ -47,6 +47,9 @@ DEFAULT_FIXTURE = Path(staticagents.__file__).resolve().parent / "data" / "demo.
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and binding it
 # Migrated empty databases (``serve --template-dir``): a new service migrates nothing.
 TEMPLATE_DIR = Path(tempfile.gettempdir()) / "static-agents-templates"
+# Where the service keeps its bytecode when the environment says not to write it beside
+# the source: else each start compiles every module of the service again.
+BYTECODE_DIR = Path(tempfile.gettempdir()) / "static-agents-bytecode"
 
 
 class ServerFailed(RuntimeError):
@@ -94,20 +97,26 @@ class StaticAgentsServer:
         """A client for this service's control API, on ``session`` (default: a new one)."""
         return StaticAgentsClient(self.url, token=self.token, session=session)
 
-    def start(self) -> None:
-        """Start the service and wait until its control API answers."""
+    def launch(self) -> None:
+        """Start the service's process, without waiting for it (``start`` waits)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self._spawn()
+        atexit.register(self.stop)
+
+    def start(self) -> None:
+        """Start the service (unless ``launch`` did) and wait until its control API answers."""
+        if self._process is None:
+            self.launch()
         for attempt in range(1, START_ATTEMPTS + 1):
-            self.port = free_port()
-            self._spawn()
             try:
                 self._wait_until_ready()
-                atexit.register(self.stop)
                 return
             except ServerFailed:
                 self.stop()
                 if attempt == START_ATTEMPTS or "address already in use" not in self.log():
                     raise
+                self.launch()
 
     def stop(self) -> None:
         """Stop the service (idempotent); kill it when it does not stop within 10 s."""
@@ -133,7 +142,9 @@ class StaticAgentsServer:
         python = [sys.executable, "-P", "-m", "staticagents"]
         port = str(self.port)
         serve = ["serve", "--host", "127.0.0.1", "--port", port, "--log-level", "warning"]
-        return [*python, *serve, "--template-dir", str(TEMPLATE_DIR)]
+        # --skip-checks: Django's own checks import every URL and view (half a second);
+        # the service's checks of its settings still run.
+        return [*python, *serve, "--template-dir", str(TEMPLATE_DIR), "--skip-checks"]
 
     def child_environment(self) -> dict[str, str]:
         environment = {
@@ -141,6 +152,8 @@ class StaticAgentsServer:
             for name, value in os.environ.items()
             if name not in FOREIGN_VARIABLES and not name.startswith("STATIC_AGENTS_")
         }
+        if environment.pop("PYTHONDONTWRITEBYTECODE", ""):
+            environment.setdefault("PYTHONPYCACHEPREFIX", str(BYTECODE_DIR))
         environment.update(
             DJANGO_SETTINGS_MODULE="staticagents.settings",
             DATABASE_URL=f"sqlite:///{self.workdir / 'db.sqlite3'}",

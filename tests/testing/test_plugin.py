@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 import staticagents
@@ -255,3 +256,112 @@ def test_the_plugin_runs_under_xdist_with_a_service_per_worker(
     output = result.stdout.str()
     assert "Static Agents journal (session test_a_failure_shows_its_journal" in output
     assert "POST /v1/chat/completions (openai): use openai_base_url" in output
+
+
+SHARED_SCRIPTS = """
+import os
+
+import openai
+import pytest
+
+from staticagents.testing.client import StaticAgentsError, tool_call
+
+
+def ask(base_url, question):
+    agent = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": question}]
+    return agent.chat.completions.create(model="m", messages=messages).choices[0].message
+
+
+def note(static_agents_server, name):
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    with open(os.path.join(os.environ["SERVICES_SEEN"], name), "w") as seen:
+        seen.write(f"{worker} {static_agents_server.url}")
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_a_script_of_its_own(static_agents, static_agents_server, openai_base_url, n):
+    note(static_agents_server, f"script-{n}")
+    static_agents.replies(f"first {n}", tool_call("lookup", id=f"call_{n}"))
+    assert ask(openai_base_url, f"q{n}").content == f"first {n}"
+    assert ask(openai_base_url, f"q{n}").tool_calls[0].id == f"call_{n}"
+    assert [r.query for r in static_agents.requests()] == [f"q{n}", f"q{n}"]
+
+
+@pytest.mark.parametrize("n", range(4))
+def test_the_demo_rules_answer_beside_the_others(static_agents, openai_base_url, n):
+    assert ask(openai_base_url, f"echo {n}").content == f"echo {n}"
+    [request] = static_agents.requests()
+    assert request.rule == "echo"
+
+
+def test_a_test_without_a_marker_may_not_replace_the_rules(static_agents):
+    with pytest.raises(StaticAgentsError, match="static_agents_fixture"):
+        static_agents.install({"rules": [{"name": "mine", "response": {"content": "M"}}]})
+"""
+
+SHARED_RULES = """
+import openai
+import pytest
+
+
+@pytest.fixture
+def static_agents_fixture(request):
+    n = request.node.callspec.params["n"]
+    return {"rules": [{"name": f"fixed-{n}", "response": {"content": f"F{n}"}}]}
+
+
+@pytest.mark.parametrize("n", range(4))
+def test_rules_of_its_own(static_agents, openai_base_url, n):
+    agent = openai.OpenAI(base_url=openai_base_url, api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": f"r{n}"}]
+    answer = agent.chat.completions.create(model="m", messages=messages)
+    assert answer.choices[0].message.content == f"F{n}"
+    static_agents.install({"rules": [{"name": "again", "response": {"content": "A"}}]})
+    answer = agent.chat.completions.create(model="m", messages=messages)
+    assert answer.choices[0].message.content == "A"
+"""
+
+
+def test_the_plugin_shares_one_service_among_xdist_workers_on_request(
+    inner_pytest: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = inner_pytest.mkdir("services-seen")
+    monkeypatch.setenv("SERVICES_SEEN", str(seen))
+    inner_pytest.makepyfile(test_scripts=SHARED_SCRIPTS, test_rules=SHARED_RULES)
+
+    result = run(inner_pytest, "-p", "xdist.plugin", "-n", "2", "--static-agents-shared")
+
+    result.assert_outcomes(passed=17)
+    services = {path.read_text() for path in seen.iterdir()}
+    workers = {service.split()[0] for service in services}
+    urls = {service.split()[1] for service in services}
+    assert workers == {"gw0", "gw1"} and len(urls) == 1  # both workers, one service
+    # The last worker out stopped it.
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{urls.pop()}/v1/models", timeout=5)
+
+
+EARLY_LAUNCH = """
+from staticagents.testing.plugin import LAUNCHED_KEY
+
+PIDS = []
+
+
+def test_a_test_before_any_agent_test_finds_the_service_launched(request):
+    PIDS.append(request.config.stash[LAUNCHED_KEY].pid)
+    assert PIDS[0] is not None
+
+
+def test_the_first_agent_test_gets_the_launched_service(static_agents_server):
+    assert static_agents_server.pid == PIDS[0]
+    assert static_agents_server.client().counters(every_session=True).requests == 0
+"""
+
+
+def test_the_service_is_launched_once_the_tests_are_collected(
+    inner_pytest: pytest.Pytester,
+) -> None:
+    inner_pytest.makepyfile(test_early=EARLY_LAUNCH)
+    result = run(inner_pytest)
+    result.assert_outcomes(passed=2)

@@ -9,7 +9,7 @@ import pytest
 
 from staticagents.management.commands._database_template import MIGRATIONS
 from staticagents.testing import server as kit_server
-from staticagents.testing.server import StaticAgentsServer
+from staticagents.testing.server import ServerFailed, StaticAgentsServer
 
 
 def applied_migrations(database: Path) -> list[tuple[str, str, str]]:
@@ -37,3 +37,29 @@ def test_a_new_service_starts_from_the_template_the_first_one_left(
         assert [r["name"] for r in second.client().export_fixture()["rules"]]  # the demo
     # The second service migrated nothing: its migrations are the template's, to the second.
     assert applied_migrations(tmp_path / "second" / "db.sqlite3") == made
+
+
+def test_the_service_skips_djangos_checks_but_not_its_own(tmp_path: Path) -> None:
+    server = StaticAgentsServer(tmp_path, environment={"STATIC_AGENTS_FIXTURE": "missing.yml"})
+    assert "--skip-checks" in server.command()
+
+    with pytest.raises(ServerFailed) as failed:
+        server.start()
+
+    assert "(staticagents.E006) STATIC_AGENTS_FIXTURE must name a fixture file" in str(failed.value)
+    assert not (tmp_path / "db.sqlite3").exists()  # stopped before the database was touched
+
+
+def test_bytecode_the_environment_keeps_out_of_the_source_goes_to_a_cache_of_the_kit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setattr(kit_server, "BYTECODE_DIR", tmp_path / "bytecode")
+
+    with StaticAgentsServer(tmp_path / "service") as server:
+        environment = server.child_environment()
+    assert "PYTHONDONTWRITEBYTECODE" not in environment
+    assert environment["PYTHONPYCACHEPREFIX"] == str(tmp_path / "bytecode")
+    # The service's modules were compiled there, so the next start reads them.
+    assert list((tmp_path / "bytecode").rglob("staticagents/asgi.*.pyc"))

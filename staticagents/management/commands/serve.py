@@ -2,7 +2,8 @@
 
 In that order, each step only once the one before it worked: the options are
 parsed (a bad one exits with status 2, nothing touched), Django's system checks
-run (``staticagents.checks``), the port is bound (a port in use stops it here,
+run (``--skip-checks``: only the service's own, ``staticagents.checks``, which
+is how the testing kit starts it), the port is bound (a port in use stops it here,
 before the database is touched or a control token created), then the database
 is migrated, the fixture loaded, the token announced and "serving on" printed.
 
@@ -101,6 +102,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["skip_checks"]:  # Django's were skipped (they import every URL); not ours
+            self.check(tags=["staticagents"])
         for warning in check_served_host(options["host"]):
             self.stderr.write(self.style.WARNING(str(warning)))
         listener = listening_socket(options["host"], options["port"])
@@ -119,9 +122,10 @@ class Command(BaseCommand):
 
     def migrate(self, template_dir: Path | None) -> None:
         """Migrate; with a template directory, a new database starts from a migrated copy
-        (the migrations then have nothing to do), and the first one made is kept there."""
-        if template_dir is not None:
-            start_from_template(template_dir)
+        (made by these very migrations: nothing to migrate), and the first one made is kept
+        there."""
+        if template_dir is not None and start_from_template(template_dir):
+            return
         call_command("migrate", interactive=False, verbosity=0)
         if template_dir is not None:
             save_template(template_dir)  # only when there is none yet
