@@ -13,11 +13,8 @@ pass the same schema as a YAML import; every error has the shape
 
 from __future__ import annotations
 
-import gc
 import secrets
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import IO, Any, ClassVar
 
@@ -47,7 +44,8 @@ from staticagents.document import schema
 from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
 from staticagents.document.schema import DocumentInvalid, FieldError
 from staticagents.models import ControlToken, JournalEntry, SessionScript
-from staticagents.replying.snapshot import active_ruleset, compiled_before_commit
+from staticagents.replying.background import background_work
+from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import (
     export_document,
     journal_counters,
@@ -329,38 +327,16 @@ class FixtureView(ControlView):
         reject_unknown_params(request, {"dry_run", "session"})
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         # Read one byte past the limit, so load_fixture can name an oversized body.
-        with collection_paused():
+        with background_work():
             document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
-            with compiled_before_commit():  # replies keep the old snapshot while this compiles
-                result = import_fixture(document=document, merge=merge, dry_run=dry_run)
+            result = import_fixture(document=document, merge=merge, dry_run=dry_run)
         session = request.query_params.get("session")
         if session and not dry_run:  # the testing kit's session starts afresh with the rules
             reset_session(session=session)
-        active_ruleset()  # this process's snapshot holds the session's script now
+        # Built after the commit, outside the write lock; replies meanwhile answer from the
+        # previous snapshot (replying.snapshot), and this call returns once it is installed.
+        active_ruleset()
         return Response(asdict(result))
-
-
-_pauses = 0
-_pauses_lock = threading.Lock()
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off meanwhile (and back on once no other caller
-    wants it off). A big import allocates millions of objects that live until it ends, and
-    each full collection walks them all holding the GIL: at 45,000 rules, a third of a
-    second every few seconds, which every reply on the event loop waited for."""
-    global _pauses
-    with _pauses_lock:
-        _pauses += 1
-        gc.disable()
-    try:
-        yield
-    finally:
-        with _pauses_lock:
-            _pauses -= 1
-            if _pauses == 0:
-                gc.enable()
 
 
 def _wants_json(request: Request) -> bool:
