@@ -41,7 +41,12 @@ from staticagents.core.matching import explain_inquiry
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
-from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
+from staticagents.document.files import (
+    MAX_FIXTURE_BYTES,
+    dump_fixture,
+    json_duplicates,
+    load_fixture,
+)
 from staticagents.document.schema import DocumentInvalid, FieldError
 from staticagents.models import ControlToken, JournalEntry, SessionScript
 from staticagents.replying.background import background_work
@@ -131,7 +136,8 @@ class ModelPermissions(BasePermission):
 
 
 class JSONBodyParser(JSONParser):
-    """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail)."""
+    """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail); a key
+    given twice in one object is a 400 naming it, as in a fixture (JSON lets the last win)."""
 
     def parse(
         self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
@@ -144,6 +150,12 @@ class JSONBodyParser(JSONParser):
         where = nul_in_json(raw, payload)
         if where is not None:
             raise ParseError(f"{where}: {NUL_PROBLEM}")
+        try:
+            duplicates = json_duplicates(raw)
+        except RecursionError:
+            raise ParseError("JSON parse error - nested too deeply") from None
+        if duplicates:
+            raise DocumentInvalid(duplicates, "request body")
         return payload
 
 
