@@ -63,7 +63,8 @@ def ask(client: httpx.Client, query: str, failed: list[str] | None = None) -> tu
 
 def replies_around_a_replace(url: str, rules: int, *, workers: int = 1) -> dict[str, Any]:
     """Latencies (seconds) of replies before, during and right after a replace by ``rules``
-    rules, the replace's own time, and what the first reply after it answered."""
+    rules, the replace's own time, what the first reply after it answered and when every
+    worker answered from the new rules."""
     # One connection stays with one worker: with several, a connection per reply.
     keep = httpx.Limits(max_keepalive_connections=0 if workers > 1 else None)
     client = httpx.Client(base_url=url, timeout=600, limits=keep)
@@ -88,8 +89,17 @@ def replies_around_a_replace(url: str, rules: int, *, workers: int = 1) -> dict[
     during, failed = [], []
     while not replaced.is_set():
         during.append(ask(client, "ping", failed)[0])
+    returned = time.perf_counter()
     first, text = ask(client, "fresh")  # read your writes: the new rules answer
-    after = [first, *(ask(client, "ping")[0] for _ in range(20))]
+    after, in_a_row = [first], int(text == "new")
+    # Another worker answers from the old rules until its own build is installed: asked
+    # until ten replies in a row (on new connections, so from every worker) are new.
+    while in_a_row < 10 and time.perf_counter() - returned < 120:
+        elapsed, answer = ask(client, "fresh")
+        after.append(elapsed)
+        in_a_row = in_a_row + 1 if answer == "new" else 0
+    everywhere = time.perf_counter() - returned
+    after += [ask(client, "ping")[0] for _ in range(20)]
     writer.join()
     client.close()
     return {
@@ -98,6 +108,7 @@ def replies_around_a_replace(url: str, rules: int, *, workers: int = 1) -> dict[
         "after": after,
         "replace s": took[0],
         "fresh": text,
+        "new everywhere s": everywhere,
         "replies": 5 + len(usual) + len(during) + len(after),
         "failed": failed,
     }
@@ -160,6 +171,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "first after ms": round(after[0] * 1000, 1),
         "after max ms": round(max(after) * 1000, 1),
         "first after answered": result["fresh"],
+        "new everywhere after s": round(result["new everywhere s"], 2),
         "failed during": len(result["failed"]),
     }
     if "journaled" in result:
