@@ -175,7 +175,10 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
             return replace(previous, stamp=stamp, scripts=scripts)
         rules = stored_rules({**_documents[1], **_documents[0]})
         stored_defaults, fallback = stored_defaults_and_fallback()
+    stale = _documents[1]
     _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])
+    while stale:  # freed one by one, as the compiler frees its stale rules
+        stale.popitem()
     defaults = dict(stored_defaults)
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
     return compile_ruleset(
