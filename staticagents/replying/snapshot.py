@@ -101,7 +101,9 @@ async def current_ruleset() -> Ruleset:
         return current
     build, mine = _claim()
     if mine:
-        threading.Thread(target=_run_apart, args=(build,), name="static-agents-snapshot").start()
+        threading.Thread(
+            target=_run_apart, args=(build,), name="static-agents-snapshot", daemon=True
+        ).start()
     if current is None:  # nothing to answer from meanwhile
         return await asyncio.wrap_future(build.done)
     left = build.started + WAIT_FOR_BUILD_SECONDS - time.monotonic()
