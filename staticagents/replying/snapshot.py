@@ -106,8 +106,10 @@ async def current_ruleset() -> Ruleset:
         ).start()
     if current is None:  # nothing to answer from meanwhile
         return await asyncio.wrap_future(build.done)
+    if build.done.done():
+        return build.done.result()
     left = build.started + WAIT_FOR_BUILD_SECONDS - time.monotonic()
-    if build.done.done() or left > 0:
+    if left > 0:
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(build.done)), left)
         except TimeoutError:
