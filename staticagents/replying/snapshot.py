@@ -21,11 +21,12 @@ Either way the read starts after the request arrived, so an edit committed
 before a request arrived is seen by it.
 
 One build runs at a time in a process. On the event loop, a request that finds
-the stamp changed starts it in a thread of its own and waits for it at most
-``WAIT_FOR_BUILD_SECONDS`` from its start (a few rules changed: ready by then);
-until a longer build (thousands of rules) is installed, requests answer from the
-previous snapshot, whole. ``active_ruleset`` waits for the build (code in a
-thread wants the rules as they are: the control API after a write, the admin).
+the stamp changed starts it in a thread of its own and waits for it: wholly when
+it reads at most ``SMALL_BUILD_RULES`` rules anew (an edit: read your writes),
+else at most ``WAIT_FOR_BUILD_SECONDS`` from its start; until a long build
+(thousands of rules) is installed, requests answer from the previous snapshot,
+whole. ``active_ruleset`` waits for the build (code in a thread wants the rules
+as they are: the control API after a write, the admin).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -61,6 +63,7 @@ STAMP_SQL = f"SELECT stamp || ':' || scripts_stamp FROM {RulesetState._meta.db_t
 log = logging.getLogger(__name__)
 
 WAIT_FOR_BUILD_SECONDS = 0.1
+SMALL_BUILD_RULES = 200
 
 _snapshot: Ruleset | None = None
 # What the snapshots of this process compiled; ``compiler.compiled`` counts the rules.
@@ -114,6 +117,8 @@ async def current_ruleset() -> Ruleset:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(build.done)), left)
         except TimeoutError:
             pass
+    if build.fresh is not None and build.fresh <= SMALL_BUILD_RULES:
+        return await asyncio.wrap_future(build.done)
     return current
 
 
@@ -122,7 +127,11 @@ class _Build:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.fresh: int | None = None  # how many rules it reads anew, once it knows
         self.done: concurrent.futures.Future[Ruleset] = concurrent.futures.Future()
+
+    def sizing(self, fresh: int) -> None:
+        self.fresh = fresh
 
 
 _building: _Build | None = None
@@ -144,7 +153,7 @@ def _run(build: _Build) -> Ruleset:
     global _snapshot, _building
     try:
         with background_work():
-            ready = build_ruleset(_snapshot)
+            ready = build_ruleset(_snapshot, sizing=build.sizing)
         _snapshot = ready
         build.done.set_result(ready)
         return ready
@@ -166,9 +175,12 @@ def _run_apart(build: _Build) -> None:
         connection.close()
 
 
-def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
+def build_ruleset(
+    previous: Ruleset | None = None, *, sizing: Callable[[int], None] | None = None
+) -> Ruleset:
     """Compile the stored rules and scripts, with the stamp they were read at; when only
-    the scripts changed since ``previous``, its rules are kept as they are."""
+    the scripts changed since ``previous``, its rules are kept as they are. ``sizing`` is
+    told how many rules are read anew (and compiled), before they are."""
     global _documents
     window = settings.STATIC_AGENTS_MATCH_WINDOW
     # One consistent read (never half an old fixture), taking no write lock.
@@ -176,8 +188,10 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
         stamp = ruleset_stamp()
         scripts = compile_scripts(stored_scripts(), window=window)
         if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
+            if sizing is not None:
+                sizing(0)
             return replace(previous, stamp=stamp, scripts=scripts)
-        rules = stored_rules({**_documents[1], **_documents[0]})
+        rules = stored_rules({**_documents[1], **_documents[0]}, sizing)
         stored_defaults, fallback = stored_defaults_and_fallback()
     stale = _documents[1]
     _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])

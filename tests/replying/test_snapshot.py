@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -122,10 +123,10 @@ def test_a_reply_answers_from_the_previous_snapshot_until_a_long_build_is_instal
     release, builds = threading.Event(), []
     real = snapshot.build_ruleset
 
-    def long_build(previous: Any = None) -> Any:
+    def long_build(previous: Any = None, **options: Any) -> Any:
         builds.append(threading.current_thread().name)
-        release.wait(30)
-        return real(previous)
+        release.wait(30)  # before it knows its size: a long one, as far as replies know
+        return real(previous, **options)
 
     monkeypatch.setattr(snapshot, "build_ruleset", long_build)
     monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)  # it is longer than the wait
@@ -147,6 +148,23 @@ def test_a_reply_answers_from_the_previous_snapshot_until_a_long_build_is_instal
     assert builds == ["static-agents-snapshot"]  # one build, off the loop, for every reply
 
 
+def test_a_reply_waits_for_a_build_of_a_few_rules_however_long_it_takes(
+    committed_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = snapshot.build_ruleset
+
+    def slow_small_build(previous: Any = None, **options: Any) -> Any:
+        options["sizing"](1)  # one rule to read anew: an edit
+        time.sleep(0.2)  # longer than the wait
+        return real(previous, **options)
+
+    monkeypatch.setattr(snapshot, "build_ruleset", slow_small_build)
+    monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)
+    import_fixture(document=rules("new"))
+    ruleset = asyncio.run(snapshot.current_ruleset())
+    assert [rule.name for rule in ruleset.rules] == ["new"]  # read your writes
+
+
 def test_a_reply_waits_for_a_build_that_ends_within_the_wait(
     committed_rules: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,10 +180,10 @@ def test_code_in_a_thread_waits_for_the_build_under_way(
     started, release = threading.Event(), threading.Event()
     real = snapshot.build_ruleset
 
-    def long_build(previous: Any = None) -> Any:
+    def long_build(previous: Any = None, **options: Any) -> Any:
         started.set()
         release.wait(30)
-        return real(previous)
+        return real(previous, **options)
 
     monkeypatch.setattr(snapshot, "build_ruleset", long_build)
     monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)
