@@ -19,6 +19,7 @@ Registered by the app config with the tag ``staticagents`` (``check --tag static
 * ``staticagents.E009``: ``STATIC_AGENTS_CONTROL_TOKEN``, a string
 * ``staticagents.E010``: ``STATIC_AGENTS_MATCH_BUDGET_MS``, a whole number, 1 to 60000
 * ``staticagents.E012``: ``STATIC_AGENTS_VERSIONS_KEEP``, a whole number, at least 1
+* ``staticagents.E013``: ``STATIC_AGENTS_JOURNAL_BACKLOG``, a whole number, at least 0
 * ``staticagents.E020``: ``STATIC_AGENTS_METRICS``, ``"token"`` or ``"open"``
 * ``staticagents.W001`` (``serve`` alone): a weak ``SECRET_KEY``, DEBUG off, a reachable host
 """
@@ -105,13 +106,14 @@ LIMITS = (
     Limit("E009", "STATIC_AGENTS_CONTROL_TOKEN", "a string (empty: serve creates one)", is_string),
     Limit("E010", "STATIC_AGENTS_MATCH_BUDGET_MS", "a whole number of ms, 1 to 60000", BUDGET),
     Limit("E012", "STATIC_AGENTS_VERSIONS_KEEP", "a whole number of versions, >= 1", POSITIVE),
+    Limit("E013", "STATIC_AGENTS_JOURNAL_BACKLOG", "a whole number of entries, >= 0", AT_LEAST_0),
     Limit("E020", "STATIC_AGENTS_METRICS", "'token' or 'open'", is_metrics_access),
 )
 # fmt: on
 
 
 def check_limits(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
-    """Each setting with a type or a range: E001 to E005, E007 to E010, E012, E020."""
+    """Each setting with a type or a range: E001 to E005, E007 to E010, E012, E013, E020."""
     errors: list[CheckMessage] = []
     for code, name, expected, valid in LIMITS:
         value = getattr(settings, name)

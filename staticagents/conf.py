@@ -54,6 +54,7 @@ class ServiceSettings:
     STATIC_AGENTS_JOURNAL_MAX = Setting[int]()
     STATIC_AGENTS_JOURNAL_MAX_BYTES = Setting[int]()
     STATIC_AGENTS_JOURNAL_BODY_BYTES = Setting[int]()
+    STATIC_AGENTS_JOURNAL_BACKLOG = Setting[int]()
     STATIC_AGENTS_MATCH_WINDOW = Setting[int]()
     STATIC_AGENTS_MATCH_BUDGET_MS = Setting[int]()
     STATIC_AGENTS_VERSIONS_KEEP = Setting[int]()

@@ -8,7 +8,7 @@ The compiled snapshot of the rules that replies are answered from is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -80,11 +80,16 @@ def stored_defaults_and_fallback() -> tuple[dict[str, Any], dict[str, Any] | Non
     )
 
 
-def stored_rules(known: Mapping[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def stored_rules(
+    known: Mapping[str, dict[str, Any]], sizing: Callable[[int], None] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """The rules in order, as (digest, document); a rule whose digest is in ``known`` (the
-    documents of digests read before) is not read again."""
+    documents of digests read before) is not read again. ``sizing`` is told how many
+    rules are read anew, before they are."""
     order = list(Rule.objects.order_by("position", "id").values_list("id", "digest"))
     missing = [pk for pk, digest in order if not digest or digest not in known]
+    if sizing is not None:
+        sizing(len(missing))
     read: dict[int, dict[str, Any]] = {}
     for start in range(0, len(missing), 500):  # a bounded number of parameters per query
         read.update(_rule_documents(missing[start : start + 500]))

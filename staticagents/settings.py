@@ -277,6 +277,11 @@ STATIC_AGENTS_JOURNAL_MAX_BYTES = env_int(
 STATIC_AGENTS_JOURNAL_BODY_BYTES = env_int(
     "STATIC_AGENTS_JOURNAL_BODY_BYTES", 1024 * 1024, unit="bytes", minimum=0
 )
+# While another connection holds SQLite's write lock (a big import), up to this many
+# journal rows of answered requests wait in memory for it (replying.journal).
+STATIC_AGENTS_JOURNAL_BACKLOG = env_int(
+    "STATIC_AGENTS_JOURNAL_BACKLOG", 20_000, unit="entries", minimum=0
+)
 # Rule regexes run on at most this many characters of a query, system prompt,
 # context value or tool result, so no inquiry can make matching take long.
 STATIC_AGENTS_MATCH_WINDOW = env_int(

@@ -39,7 +39,10 @@ class LiveServer:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        from staticagents.serving.protocol import JSONErrorsHttpProtocol
+        from staticagents.serving.protocol import (
+            JSONErrorsHttpProtocol,
+            JSONErrorsWebSocketProtocol,
+        )
 
         config = uvicorn.Config(
             application,
@@ -48,6 +51,7 @@ class LiveServer:
             log_level="warning",
             lifespan="off",
             http=JSONErrorsHttpProtocol,
+            ws=JSONErrorsWebSocketProtocol,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -13,17 +13,14 @@ pass the same schema as a YAML import; every error has the shape
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import secrets
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import IO, Any, ClassVar
 
 import orjson
-from django.db import connection
+from django.db import connection, transaction
 from django.http import HttpResponse
 from rest_framework import serializers
 from rest_framework.authentication import (
@@ -46,7 +43,12 @@ from staticagents.core.matching import explain_inquiry
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.document import schema
-from staticagents.document.files import MAX_FIXTURE_BYTES, dump_fixture, load_fixture
+from staticagents.document.files import (
+    MAX_FIXTURE_BYTES,
+    dump_fixture,
+    json_duplicates,
+    load_fixture,
+)
 from staticagents.document.schema import DocumentInvalid, FieldError
 from staticagents.models import (
     ControlToken,
@@ -55,7 +57,8 @@ from staticagents.models import (
     RulesetVersion,
     SessionScript,
 )
-from staticagents.replying.snapshot import active_ruleset, compiled_before_commit, ruleset_stamp
+from staticagents.replying.background import background_work
+from staticagents.replying.snapshot import active_ruleset, ruleset_stamp
 from staticagents.selectors import (
     export_document,
     journal_counters,
@@ -147,7 +150,8 @@ class ModelPermissions(BasePermission):
 
 
 class JSONBodyParser(JSONParser):
-    """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail)."""
+    """JSON on orjson: deep nesting is a 400 (the json module would recurse and fail); a key
+    given twice in one object is a 400 naming it, as in a fixture (JSON lets the last win)."""
 
     def parse(
         self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None
@@ -160,6 +164,12 @@ class JSONBodyParser(JSONParser):
         where = nul_in_json(raw, payload)
         if where is not None:
             raise ParseError(f"{where}: {NUL_PROBLEM}")
+        try:
+            duplicates = json_duplicates(raw)
+        except RecursionError:
+            raise ParseError("JSON parse error - nested too deeply") from None
+        if duplicates:
+            raise DocumentInvalid(duplicates, "request body")
         return payload
 
 
@@ -357,9 +367,9 @@ class FixtureView(ControlView):
         replacing = not (merge or dry_run)
         result = last_replace.unchanged(body) if replacing else None
         if result is None:
-            with collection_paused():
+            with background_work():
                 document = load_fixture(body, source="request body")
-                with compiled_before_commit():  # replies keep the old snapshot meanwhile
+                with transaction.atomic():  # the stamp remembered is the one this replace left
                     if replacing:
                         last_replace.lock_stamp()
                     result = import_fixture(
@@ -370,7 +380,9 @@ class FixtureView(ControlView):
         session = request.query_params.get("session")
         if session and not dry_run:  # the testing kit's session starts afresh with the rules
             reset_session(session=session)
-        active_ruleset()  # this process's snapshot holds the session's script now
+        # Built after the commit, outside the write lock; replies meanwhile answer from the
+        # previous snapshot (replying.snapshot), and this call returns once it is installed.
+        active_ruleset()
         return Response(asdict(result))
 
 
@@ -424,27 +436,6 @@ def rules_stamp() -> str:
 
 
 last_replace = LastReplace()
-_pauses = 0
-_pauses_lock = threading.Lock()
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off meanwhile (and back on once no other caller
-    wants it off). A big import allocates millions of objects that live until it ends, and
-    each full collection walks them all holding the GIL: at 45,000 rules, a third of a
-    second every few seconds, which every reply on the event loop waited for."""
-    global _pauses
-    with _pauses_lock:
-        _pauses += 1
-        gc.disable()
-    try:
-        yield
-    finally:
-        with _pauses_lock:
-            _pauses -= 1
-            if _pauses == 0:
-                gc.enable()
 
 
 def _wants_json(request: Request) -> bool:
@@ -563,7 +554,7 @@ class VersionRestoreView(ControlView):
 
     def post(self, request: Request, number: str) -> Response:
         version = _version(number)
-        with compiled_before_commit():  # replies keep the old snapshot while this compiles
+        with background_work():
             made = restore_version(number=version.number, by=writer(request))
         return Response({"restored": version.number, "version": made})
 

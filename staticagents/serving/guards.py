@@ -2,7 +2,8 @@
 
 ``PathGuard`` stands in front of every route (HTTP and WebSocket): a path or
 query holding a NUL character (``%00``) is refused with a 400, since the
-service could not store the values it carries (see ``core.storable``).
+service could not store the values it carries (see ``core.storable``);
+``OPTIONS *`` is answered in JSON.
 
 Django's ASGI handler reads a whole body (spooling it to disk) before any
 middleware or view runs, and checks ``DATA_UPLOAD_MAX_MEMORY_SIZE`` only when
@@ -75,7 +76,29 @@ class PathGuard:
             message = f"The path or query {NUL_PROBLEM}"
             await refuse(send, path.replace("\x00", ""), headers, 400, message)
             return
+        if scope["type"] == "http" and path == "*":  # OPTIONS *: the server as a whole
+            await answer_server_options(send, scope["method"])
+            return
         await self.app(scope, receive, send)
+
+
+ALLOWED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+async def answer_server_options(send: Send, method: str) -> None:
+    """``OPTIONS *``: the methods the service takes, in JSON (``Allow`` too); any other
+    method on ``*`` names no resource, a 404 in the default error shape."""
+    if method != "OPTIONS":
+        await refuse(send, "*", {}, 404, f"Unknown path: {method} *")
+        return
+    payload = orjson.dumps({"allow": ALLOWED_METHODS})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"allow", ", ".join(ALLOWED_METHODS).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 class RequestGuard:

@@ -1,21 +1,36 @@
-"""uvicorn's HTTP protocol, answering a request it cannot parse in the service's error shape.
+"""uvicorn's protocols, answering what they refuse themselves in the service's error shape.
 
-uvicorn answers bytes that are no HTTP request with a ``text/plain`` 400 before
-any application code runs. Here that answer is JSON in the shape every unknown
-path gets (OpenAI's: the path is unknown too). ``serve`` and the test server
-give this class to uvicorn as its ``http`` protocol (httptools, which
-``uvicorn[standard]`` installs and ``http="auto"`` picks).
+uvicorn answers bytes that are no HTTP request with a ``text/plain`` 400, and a
+WebSocket handshake it cannot complete (a missing key, no upgrade, the
+application failing before it accepted) with a ``text/plain`` 4xx or 500,
+before or without any application code. Here those answers are JSON in the
+shape every unknown path gets (OpenAI's: the path is unknown too). ``serve``
+and the test server give these classes to uvicorn as its ``http`` protocol
+(httptools, which ``uvicorn[standard]`` installs and ``http="auto"`` picks)
+and its ``ws`` protocol (websockets' sans-I/O one, which ``ws="auto"`` picks).
 """
 
 from __future__ import annotations
 
+import http
+from typing import Any
+
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+from websockets.server import ServerProtocol
+
+
+def error_json(message: str, status: int = 400) -> bytes:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    error = {"message": message, "type": kind, "param": None, "code": None}
+    return orjson.dumps({"error": error})
 
 
 def unparsable_response(message: str, default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    body = orjson.dumps({"error": error})
+    body = error_json(message)
     head = [b"HTTP/1.1 400 Bad Request"]
     head += [name + b": " + value for name, value in default_headers]
     head += [
@@ -31,3 +46,25 @@ class JSONErrorsHttpProtocol(HttpToolsProtocol):
         headers = self.server_state.default_headers
         self.transport.write(unparsable_response(f"Invalid HTTP request: {msg}", headers))
         self.transport.close()
+
+
+class _JSONRejections(ServerProtocol):
+    """websockets' server side of a handshake, its refusals in JSON."""
+
+    def reject(self, status: http.HTTPStatus | int, text: str) -> Response:
+        response = super().reject(status, text)
+        message = text.strip() or f"WebSocket connection refused: {response.reason_phrase}"
+        body = error_json(message, response.status_code)
+        headers = Headers(response.headers)
+        del headers["Content-Type"], headers["Content-Length"]
+        headers.update({"Content-Type": "application/json", "Content-Length": str(len(body))})
+        return Response(response.status_code, response.reason_phrase, headers, body)
+
+
+class JSONErrorsWebSocketProtocol(WebSocketsSansIOProtocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        made = self.conn
+        self.conn = _JSONRejections(
+            extensions=made.available_extensions, max_size=made.max_size, logger=made.logger
+        )

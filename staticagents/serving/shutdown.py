@@ -16,6 +16,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from staticagents.replying.journal import journal
 from staticagents.serving.pacer import pacer
 
 EXIT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -49,14 +50,15 @@ def _chained(loop: asyncio.AbstractEventLoop, previous: Any) -> Any:
 
 def _stop_pacing(loop: asyncio.AbstractEventLoop, stop_server: Callable[[], None]) -> None:
     """Streams send the rest of their script at once; the server is told to stop once they
-    have ended (or after ``DRAIN_SECONDS``): uvicorn closes an open WebSocket at once when it
-    stops (code 1012), so it must not be told before the WebSocket replies are whole."""
+    have ended and the journal rows held back for the write lock are written (or after
+    ``DRAIN_SECONDS``): uvicorn closes an open WebSocket at once when it stops (code 1012),
+    so it must not be told before the WebSocket replies are whole."""
     paced = pacer(loop)
     paced.stop()
     deadline = loop.time() + DRAIN_SECONDS
 
     def once_drained() -> None:
-        if paced.running and loop.time() < deadline:
+        if (paced.running or journal.held_back()) and loop.time() < deadline:
             loop.call_later(DRAIN_POLL_SECONDS, once_drained)
         else:
             stop_server()

@@ -1,4 +1,5 @@
-"""Per request: one access-log line and the request metrics (``Observed``, around the service).
+"""Per request: one access-log line and the request metrics (``Observed``, around the service),
+and a JSON 500 in the API's own shape for a request that failed before it answered.
 
 The line (logger ``staticagents.access``, info level) gives the method, the path
 without its query, the status, the dialect, the rule and the outcome the journal
@@ -17,10 +18,13 @@ from typing import Any
 
 from staticagents.replying.recorded import RequestRecord, current_request
 from staticagents.serving.fallback import api_of
+from staticagents.serving.guards import refuse
 from staticagents.serving.metrics import REPLY_SECONDS, REQUESTS
 from staticagents.serving.route import Message, Receive, Scope, Send
 
 access_log = logging.getLogger("staticagents.access")
+log = logging.getLogger(__name__)
+SERVER_ERROR = "internal error in Static Agents (logged with its traceback)"
 
 
 class Observed:
@@ -37,6 +41,16 @@ class Observed:
         reset = current_request.set(exchange)
         try:
             await self.app(scope, receive, exchange.send)
+        except Exception:
+            if scope["type"] != "http" or exchange.status:
+                raise  # begun: the server ends the connection (a WebSocket: see serving.protocol)
+            # Nothing sent yet: the API's own JSON 500, where the server would answer text.
+            log.exception("%s %s failed before it answered", scope["method"], scope["path"])
+            headers = {
+                name.decode("latin-1").lower(): value.decode("latin-1")
+                for name, value in scope.get("headers", [])
+            }
+            await refuse(exchange.send, scope["path"], headers, 500, SERVER_ERROR)
         finally:
             current_request.reset(reset)
             finished(scope, exchange)

@@ -659,6 +659,29 @@ def test_malformed_json_is_a_400_in_the_error_shape(control: httpx.Client) -> No
     assert "JSON parse error" in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "where"),
+    [
+        ("post", "/rules", '{"name": "a", "match": {"query": "x", "query": "y"}}', "match.query"),
+        ("put", "/rules/a", '{"response": {"content": "x"}, "response": {}}', "response"),
+        ("patch", "/rules/a", '{"enabled": false,\n "enabled": true}', "enabled"),
+        ("put", "/defaults", '{"confidence": "low", "confidence": "high"}', "confidence"),
+    ],
+)
+def test_a_key_given_twice_in_a_json_body_is_a_400_naming_it(
+    control: httpx.Client, method: str, path: str, body: str, where: str
+) -> None:
+    control.post("/rules", json={"name": "a", "response": {"content": "kept"}})
+    response = control.request(
+        method, path, content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    [error] = errors_of(response)
+    assert error["path"] == where and error["code"] == "duplicate"
+    assert repr(where.rsplit(".", 1)[-1]) in error["message"]
+    assert control.get("/rules/a").json()["response"] == {"content": "kept"}  # nothing changed
+
+
 def test_unknown_routes_methods_and_parameters_are_clear_4xx(control: httpx.Client) -> None:
     assert errors_of(control.get("/nowhere"))[0]["code"] == "not_found"
     assert errors_of(control.put("/journal"))[0]["code"] == "method_not_allowed"

@@ -307,13 +307,22 @@ def test_a_connection_dropped_mid_round_is_replaced_and_the_round_written_once(
     assert stored(postgres_writer)[-1] == (pk, "afterwards", "answered")
 
 
-def test_a_round_waits_for_a_write_lock_held_by_another_connection(
-    sqlite_writer: JournalWriter,
-) -> None:
-    blocker = sqlite3.connect(connections[DEFAULT_DB_ALIAS].settings_dict["NAME"], timeout=0)
-    blocker.isolation_level = None
+@pytest.fixture
+def blocker() -> Iterator[sqlite3.Connection]:
+    """Another connection to the test database, as another process (an import) holds it."""
+    other = sqlite3.connect(connections[DEFAULT_DB_ALIAS].settings_dict["NAME"], timeout=0)
+    other.isolation_level = None
+    yield other
+    other.close()
 
-    async def run() -> int:
+
+def test_a_round_waits_for_a_write_lock_held_a_moment(
+    sqlite_writer: JournalWriter, blocker: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Held no longer than the writer waits before holding rows back (here: ever).
+    monkeypatch.setattr(journal_module._LoopBackend, "HOLD_BACK_SECONDS", float("inf"))
+
+    async def run() -> int | None:
         blocker.execute("BEGIN IMMEDIATE")  # another process's write lock
         waiting = asyncio.ensure_future(sqlite_writer.record(entry("patient")))
         await asyncio.sleep(0.05)
@@ -321,11 +330,56 @@ def test_a_round_waits_for_a_write_lock_held_by_another_connection(
         blocker.execute("COMMIT")
         return await waiting
 
-    try:
-        pk = asyncio.run(run())
-    finally:
-        blocker.close()
+    pk = asyncio.run(run())
+    assert isinstance(pk, int)
     assert stored(sqlite_writer) == [(pk, "patient", "answered")]
+
+
+def test_rows_held_back_for_a_long_lock_let_their_requests_go_and_are_written_in_order(
+    sqlite_writer: JournalWriter, blocker: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module._LoopBackend, "HOLD_BACK_SECONDS", 0)
+    monkeypatch.setattr(journal_module._LoopBackend, "HELD_PER_ROUND", 2)  # several rounds
+    [first] = record_one_by_one(sqlite_writer, [entry("before")])
+
+    async def run() -> tuple[list[int | None], int | None]:
+        blocker.execute("BEGIN IMMEDIATE")  # an import's write lock
+        answered = [await sqlite_writer.record(entry(f"held {n}")) for n in range(5)]
+        await sqlite_writer.mark(first, "cancelled")  # a mark goes on as well
+        assert sqlite_writer.held_back() == 6
+        blocker.execute("COMMIT")
+        # The next row is written after every held one.
+        return answered, await sqlite_writer.record(entry("after"))
+
+    answered, last = asyncio.run(run())
+    assert answered == [None] * 5  # no id yet: the requests did not wait for one
+    assert sqlite_writer.held_back() == 0
+    rows = stored(sqlite_writer)
+    assert [query for _, query, _ in rows] == ["before", *(f"held {n}" for n in range(5)), "after"]
+    assert rows[0][2] == "cancelled" and rows[-1][0] == last
+
+
+def test_beyond_the_backlog_requests_wait_for_their_rows(
+    sqlite_writer: JournalWriter,
+    blocker: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    monkeypatch.setattr(journal_module._LoopBackend, "HOLD_BACK_SECONDS", 0)
+    settings.STATIC_AGENTS_JOURNAL_BACKLOG = 2
+
+    async def run() -> list[int | None]:
+        blocker.execute("BEGIN IMMEDIATE")
+        recorded = [asyncio.ensure_future(sqlite_writer.record(entry(f"q{n}"))) for n in range(3)]
+        await asyncio.sleep(0.05)
+        assert [future.done() for future in recorded] == [True, True, False]
+        blocker.execute("COMMIT")
+        return list(await asyncio.gather(*recorded))
+
+    first, second, third = asyncio.run(run())
+    assert first is None and second is None and isinstance(third, int)
+    assert stored(sqlite_writer)[-1] == (third, "q2", "answered")
+    assert [query for _, query, _ in stored(sqlite_writer)] == ["q0", "q1", "q2"]
 
 
 # -- every column as Django stores it ------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,3 +107,90 @@ def test_rules_that_come_back_are_not_compiled_again(ten_rules: None) -> None:
     import_fixture(document=rules(*(f"rule-{i}" for i in range(10))))
     assert [rule.name for rule in active_ruleset().rules][:2] == ["rule-0", "rule-1"]
     assert compiled() - before == 1  # only "alone"
+
+
+# -- a build under way: replies on the loop answer from the previous snapshot meanwhile ----
+
+
+@pytest.fixture
+def committed_rules(transactional_db: None) -> None:
+    """Rules committed, so the build's own thread (and connection) reads them."""
+    import_fixture(document=rules("old"))
+    active_ruleset()
+
+
+def test_a_reply_answers_from_the_previous_snapshot_until_a_long_build_is_installed(
+    committed_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release, builds = threading.Event(), []
+    real = snapshot.build_ruleset
+
+    def long_build(previous: Any = None, **options: Any) -> Any:
+        builds.append(threading.current_thread().name)
+        release.wait(30)  # before it knows its size: a long one, as far as replies know
+        return real(previous, **options)
+
+    monkeypatch.setattr(snapshot, "build_ruleset", long_build)
+    monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)  # it is longer than the wait
+    import_fixture(document=rules("new"))
+
+    async def replies() -> tuple[list[list[str]], list[str]]:
+        meanwhile = [[r.name for r in (await snapshot.current_ruleset()).rules] for _ in range(5)]
+        release.set()
+        for _ in range(3000):  # until the build's thread installs it
+            names = [r.name for r in (await snapshot.current_ruleset()).rules]
+            if names != ["old"]:
+                return meanwhile, names
+            await asyncio.sleep(0.01)
+        return meanwhile, names
+
+    meanwhile, after = asyncio.run(replies())
+    assert meanwhile == [["old"]] * 5  # the previous snapshot, whole
+    assert after == ["new"]
+    assert builds == ["static-agents-snapshot"]  # one build, off the loop, for every reply
+
+
+def test_a_reply_waits_for_a_build_of_a_few_rules_however_long_it_takes(
+    committed_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = snapshot.build_ruleset
+
+    def slow_small_build(previous: Any = None, **options: Any) -> Any:
+        options["sizing"](1)  # one rule to read anew: an edit
+        time.sleep(0.2)  # longer than the wait
+        return real(previous, **options)
+
+    monkeypatch.setattr(snapshot, "build_ruleset", slow_small_build)
+    monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)
+    import_fixture(document=rules("new"))
+    ruleset = asyncio.run(snapshot.current_ruleset())
+    assert [rule.name for rule in ruleset.rules] == ["new"]  # read your writes
+
+
+def test_a_reply_waits_for_a_build_that_ends_within_the_wait(
+    committed_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 60)
+    import_fixture(document=rules("new"))
+    ruleset = asyncio.run(snapshot.current_ruleset())
+    assert [rule.name for rule in ruleset.rules] == ["new"]
+
+
+def test_code_in_a_thread_waits_for_the_build_under_way(
+    committed_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    real = snapshot.build_ruleset
+
+    def long_build(previous: Any = None, **options: Any) -> Any:
+        started.set()
+        release.wait(30)
+        return real(previous, **options)
+
+    monkeypatch.setattr(snapshot, "build_ruleset", long_build)
+    monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)
+    import_fixture(document=rules("new"))
+    asyncio.run(snapshot.current_ruleset())  # starts the build on its thread
+    assert started.wait(30)
+    threading.Timer(0.05, release.set).start()
+    assert [rule.name for rule in active_ruleset().rules] == ["new"]  # the control API's read

@@ -181,7 +181,7 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from staticagents.serving.protocol import JSONErrorsHttpProtocol
+    from staticagents.serving.protocol import JSONErrorsHttpProtocol, JSONErrorsWebSocketProtocol
 
     workers = options["workers"]
     metrics_directory = None
@@ -197,6 +197,7 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
         access_log=False,  # ours is serving.telemetry's
         lifespan="off",
         http=JSONErrorsHttpProtocol,  # bytes uvicorn cannot parse get our JSON 400
+        ws=JSONErrorsWebSocketProtocol,  # and so does a failed WebSocket handshake
         # X-Forwarded-* rewriting costs every request a middleware layer; a
         # deployment behind a proxy turns it on with --proxy-headers.
         proxy_headers=options["proxy_headers"],
