@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, ClassVar
 
 import orjson
@@ -35,6 +36,9 @@ MATCH_KEYS = (
 )
 MATCH_FIELDS = tuple(f"match_{key}" for key in MATCH_KEYS)
 RESPONSE_KEYS = tuple(schema.ResponseSpec.model_fields)
+RECORDED_FIELDS = ("recorded_upstream", "recorded_at", "recorded_reviewed")
+# The rule's own fields its document is made of (``Rule.document_of``).
+DOCUMENT_FIELDS = ("name", "enabled", "on_exhausted", *MATCH_FIELDS, *RECORDED_FIELDS)
 
 
 def raise_for_document(exc: schema.DocumentInvalid, field_prefix: str = "") -> None:
@@ -149,6 +153,14 @@ class Rule(models.Model):
         blank=True,
         help_text="For a sequence of responses",
     )
+    # Set when the rule was recorded from a real model (``staticagents.recording``).
+    recorded_upstream = models.CharField(
+        "recorded from", max_length=200, null=True, blank=True, help_text="The upstream's name"
+    )
+    recorded_at = models.DateTimeField("recorded at", null=True, blank=True)
+    recorded_reviewed = models.BooleanField(
+        "reviewed", default=False, help_text="A curator has checked the recorded reply"
+    )
     updated_at = models.DateTimeField(auto_now=True)
     # The digest of the document the rule was last written from (blank after an edit
     # made field by field): a replace by the same document leaves the rule as it is.
@@ -174,10 +186,14 @@ class Rule(models.Model):
     def fields_from(cls, doc: dict[str, Any]) -> dict[str, Any]:
         match = doc.get("match") or {}
         fields = {f"match_{key}": match[key] for key in MATCH_KEYS if key in match}
+        recorded = doc.get("recorded")
         fields.update(
             name=doc["name"],
             enabled=doc.get("enabled", True),
             on_exhausted=doc.get("on_exhausted"),
+            recorded_upstream=recorded["upstream"] if recorded else None,
+            recorded_at=datetime.fromisoformat(recorded["at"]) if recorded else None,
+            recorded_reviewed=bool(recorded and recorded.get("reviewed")),
             digest=cls.digest_of(doc),
         )
         return fields
@@ -191,7 +207,7 @@ class Rule(models.Model):
         """The rule in fixture form, keys in a stable order."""
         if responses is None:
             responses = [r.document() for r in self.responses.all()]
-        values = {f: getattr(self, f) for f in ("name", "enabled", "on_exhausted", *MATCH_FIELDS)}
+        values = {f: getattr(self, f) for f in DOCUMENT_FIELDS}
         return self.document_of(values, responses)
 
     @classmethod
@@ -213,6 +229,12 @@ class Rule(models.Model):
                 doc["on_exhausted"] = on_exhausted
         else:
             doc["response"] = responses[0] if responses else {}
+        if values["recorded_upstream"] is not None:
+            doc["recorded"] = {
+                "upstream": values["recorded_upstream"],
+                "at": schema.recorded_time(values["recorded_at"]),
+                "reviewed": values["recorded_reviewed"],
+            }
         return doc
 
     def clean(self) -> None:

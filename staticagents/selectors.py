@@ -18,7 +18,7 @@ from django.db.models.functions import StrIndex
 
 from staticagents.core.reach import Shadow, shadowed_rules
 from staticagents.models import (
-    MATCH_FIELDS,
+    DOCUMENT_FIELDS,
     RESPONSE_KEYS,
     ControlToken,
     Defaults,
@@ -94,8 +94,7 @@ def _rule_documents(pks: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
     rows = RuleResponse.objects.filter(rule_id__in=pks).order_by("position", "id")
     for row in rows.values("rule_id", *RESPONSE_KEYS):
         responses.setdefault(row["rule_id"], []).append(RuleResponse.document_of(row))
-    fields = ("id", "name", "enabled", "on_exhausted", *MATCH_FIELDS)
-    for row in Rule.objects.filter(pk__in=pks).values(*fields):
+    for row in Rule.objects.filter(pk__in=pks).values("id", *DOCUMENT_FIELDS):
         yield row["id"], Rule.document_of(row, responses.get(row["id"], []))
 
 

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Max, Model, QuerySet
 
@@ -423,6 +423,41 @@ def update_rule(*, name: str, document: dict[str, Any]) -> Rule:
         _update_rule(rule, document)
         _bump_version()
         return _with_responses(document["name"])
+
+
+def record_rule(*, document: dict[str, Any]) -> Rule:
+    """Save a validated recorded rule (``staticagents.recording``): a new one goes where it
+    answers (``auto``); one recorded before gets the new reply in its place, to be reviewed
+    again, unless the reply is the same (then nothing is written)."""
+    try:
+        return _record_rule(document)
+    except (DocumentInvalid, IntegrityError):  # another worker recorded it meanwhile
+        return _record_rule(document)
+
+
+def _record_rule(document: dict[str, Any]) -> Rule:
+    with transaction.atomic():
+        stored = Rule.objects.select_for_update().filter(name=document["name"]).first()
+        if stored is None:
+            return create_rule(document=document, place="auto")
+        current = _with_responses(stored.name).document()
+        if all(current.get(key) == document.get(key) for key in ("match", "response")):
+            return stored
+        if not stored.enabled:  # a curator's choice the new recording keeps
+            document = {**document, "enabled": False}
+        return update_rule(name=stored.name, document=document)
+
+
+def accept_recorded_rules(*, names: Collection[str]) -> int:
+    """Mark the named recorded rules reviewed; return how many were waiting for review."""
+    with transaction.atomic():
+        waiting = Rule.objects.filter(
+            name__in=names, recorded_upstream__isnull=False, recorded_reviewed=False
+        )
+        count = waiting.update(recorded_reviewed=True, digest="")
+        if count:
+            _bump_version()
+    return count
 
 
 def _with_responses(name: str) -> Rule:

@@ -49,6 +49,9 @@ def test_the_default_settings_pass_every_check() -> None:
         ("STATIC_AGENTS_CONTROL_TOKEN", None, "E009"),
         ("STATIC_AGENTS_METRICS", "public", "E020"),
         ("STATIC_AGENTS_MATCH_BUDGET_MS", 0, "E010"),
+        ("STATIC_AGENTS_REDACT_PATTERNS", "ticket-[0-9]+", "E011"),
+        ("STATIC_AGENTS_REDACT_PATTERNS", ["ticket-(unclosed"], "E011"),
+        ("STATIC_AGENTS_REDACT_PATTERNS", [""], "E011"),
     ],
 )
 def test_a_setting_out_of_its_limits_is_an_error_with_its_id(
@@ -92,7 +95,7 @@ def test_the_limits_take_fractions_and_tuples_where_they_make_sense() -> None:
 
 def test_every_setting_of_the_service_is_checked() -> None:
     names = [name for name in vars(staticagents.settings) if name.startswith("STATIC_AGENTS_")]
-    assert len(names) == 15
+    assert len(names) == 16
     for name in names:
         with override_settings(**{name: object()}):
             messages = service_checks()

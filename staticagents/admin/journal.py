@@ -8,7 +8,6 @@ shows only stored columns (no per-row query) and counts no more than a page.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +23,7 @@ from django.utils.safestring import SafeString
 
 from staticagents.admin import trying
 from staticagents.core.inquiry import Inquiry
+from staticagents.core.literals import anchored_literal
 from staticagents.dialects.anthropic.wire import parse_messages_request
 from staticagents.dialects.llm.wire import Conversation, InvalidRequest
 from staticagents.dialects.openai.wire import parse_chat_request
@@ -282,11 +282,6 @@ def new_rule_url(entry: JournalEntry) -> str:
     if dialect_mattered(entry):
         values["match_dialect"] = entry.dialect
     return f"{reverse('admin:staticagents_rule_add')}?{urlencode(values)}"
-
-
-def anchored_literal(text: str) -> str:
-    # re.escape escapes spaces too (for verbose patterns); the rule's regex is not one.
-    return "^" + re.escape(text).replace("\\ ", " ") + "$"
 
 
 def dialect_mattered(entry: JournalEntry) -> bool:

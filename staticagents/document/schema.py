@@ -11,6 +11,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
@@ -291,6 +292,37 @@ class MatchSpec(Strict):
         raise ValueError("must be true, false or a regex on the tool result's text")
 
 
+def recorded_time(value: Any) -> str:
+    """When a rule was recorded, as stored and exported: ISO 8601 in UTC, to the second."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"must be an ISO 8601 time such as 2026-01-31T09:30:00Z (got {_show(value)})"
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValueError(f"must be an ISO 8601 time (got {type(value).__name__})")
+    if value.tzinfo is None:
+        raise ValueError("must give its time zone (e.g. a final Z for UTC)")
+    at = value.astimezone(UTC).replace(microsecond=0, tzinfo=None)
+    return f"{at.isoformat()}Z"
+
+
+class RecordedSpec(Strict):
+    """Where a recorded rule came from (``staticagents.recording``), and whether a curator
+    has reviewed it since."""
+
+    upstream: str = Field(min_length=1, max_length=200)
+    at: Any
+    reviewed: bool = False
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, value: Any) -> str:
+        return recorded_time(value)
+
+
 class RuleSpec(Strict):
     name: Slug | None = None
     enabled: bool | None = None
@@ -298,6 +330,7 @@ class RuleSpec(Strict):
     response: ResponseSpec | None = None
     responses: list[ResponseSpec] | None = Field(default=None, min_length=1)
     on_exhausted: Literal["repeat_last", "error"] | None = None
+    recorded: RecordedSpec | None = None
 
     @model_validator(mode="after")
     def _one_response(self) -> RuleSpec:
