@@ -82,7 +82,17 @@ def control_operation(
 CONTROL = "staticagents.control.views."
 describe(
     CONTROL + "RulesView",
-    get=control_operation(RULES),
+    get=control_operation(
+        RULES,
+        parameters=[
+            OpenApiParameter(
+                "recorded",
+                {"type": "string", "enum": list(control.RECORDED_FILTERS)},
+                description="only the rules recorded from a real model: not yet reviewed, "
+                "reviewed, or all of them",
+            )
+        ],
+    ),
     post=control_operation(
         OBJECT,
         201,

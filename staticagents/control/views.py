@@ -223,7 +223,17 @@ class RulesView(ControlView):
     needs = {"GET": ("view_rule",), "POST": ("add_rule",)}
 
     def get(self, request: Request) -> Response:
-        return Response({"rules": stored_document()["rules"]})
+        reject_unknown_params(request, {"recorded"})
+        rules = stored_document()["rules"]
+        recorded = request.query_params.get("recorded")
+        if recorded is not None:
+            if recorded not in RECORDED_FILTERS:
+                detail = f"one of {', '.join(RECORDED_FILTERS)}"
+                raise serializers.ValidationError(
+                    {"recorded": serializers.ErrorDetail(detail, "invalid")}
+                )
+            rules = [rule for rule in rules if _recorded_as(rule, recorded)]
+        return Response({"rules": rules})
 
     def post(self, request: Request) -> Response:
         reject_unknown_params(request, {"place"})
@@ -231,6 +241,17 @@ class RulesView(ControlView):
         rule = create_rule(document=rule_document(request.data), place=place)
         headers = {"Location": f"{request.path.rstrip('/')}/{rule.name}"}
         return Response(rule.document(), status=201, headers=headers)
+
+
+RECORDED_FILTERS = ("unreviewed", "reviewed", "all")
+
+
+def _recorded_as(rule: dict[str, Any], wanted: str) -> bool:
+    """Whether ``rule`` was recorded from a real model and is ``wanted`` (``RECORDED_FILTERS``)."""
+    recorded = rule.get("recorded")
+    if recorded is None:
+        return False
+    return wanted == "all" or recorded["reviewed"] == (wanted == "reviewed")
 
 
 class RuleView(ControlView):
