@@ -201,8 +201,8 @@ class RuleAdmin(RuleAdminBase):
         if obj is None:
             fieldsets.append(("Place", {"fields": ["place"]}))
         elif obj.recorded_upstream is not None:
-            recorded = ["recorded_upstream", "recorded_at", "recorded_reviewed"]
-            fieldsets.insert(1, ("Recorded from a real model", {"fields": recorded}))
+            fields = ("recorded_upstream", "recorded_at", "recorded_reviewed")
+            fieldsets.insert(1, ("Recorded from a real model", {"fields": fields}))
         return fieldsets
 
     def get_form(
