@@ -20,6 +20,7 @@ from django.db.models import F, Field, Max, Model, QuerySet
 from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
 from staticagents.models import (
+    AgentMode,
     ControlToken,
     Defaults,
     Fallback,
@@ -29,8 +30,9 @@ from staticagents.models import (
     RulesetState,
     SessionCounter,
     SessionScript,
+    Upstream,
 )
-from staticagents.selectors import rule_shadows
+from staticagents.selectors import rule_shadows, stored_upstreams
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportRes
     Rule.objects.bulk_update(moved, ["position"], batch_size=500)
     _write_rule_rows(fresh, rewritten)
     extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
+    extras_changed |= _replace_upstreams(document.get("upstreams", []), document.get("modes", {}))
     result = ImportResult(
         len(fresh),
         len(rewritten),
@@ -201,6 +204,8 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
         _set_defaults(document["defaults"])
     if document["fallback"] is not None:
         _set_fallback(document["fallback"])
+    if "upstreams" in document:
+        _replace_upstreams(document["upstreams"], document["modes"])
     result = ImportResult(
         created=len(fresh),
         updated=len(existing),
@@ -391,6 +396,41 @@ def _set_fallback(doc: dict[str, Any] | None) -> None:
     Fallback.objects.all().delete()
     if doc is not None:
         Fallback.objects.create(pk=1, **Fallback.fields_from(doc))
+
+
+# -- upstreams and modes ------------------------------------------------------------
+
+
+def set_upstreams(*, upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> bool:
+    """Replace the upstreams and modes with validated ones (``schema.validate_upstreams``);
+    whether anything changed."""
+    with transaction.atomic():
+        changed = _replace_upstreams(upstreams, modes)
+        if changed:
+            _bump_version()
+    return changed
+
+
+def _replace_upstreams(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> bool:
+    """Store the upstreams and modes unless they are stored already; whether they were not."""
+    made = [
+        Upstream(position=i, **{key: doc[key] for key in Upstream.KEYS if key in doc})
+        for i, doc in enumerate(upstreams)
+    ]
+    if stored_upstreams() == ([row.document() for row in made], modes):
+        return False
+    Upstream.objects.all().delete()
+    AgentMode.objects.all().delete()
+    Upstream.objects.bulk_create(made)
+    rows = [
+        AgentMode(agent_type=agent_type, mode=spec["mode"], upstream=spec.get("upstream"))
+        for agent_type, spec in (modes.get("agent_types") or {}).items()
+    ]
+    if "default" in modes or "upstream" in modes:
+        default = modes.get("default", "static")
+        rows.append(AgentMode(agent_type="", mode=default, upstream=modes.get("upstream")))
+    AgentMode.objects.bulk_create(rows)
+    return True
 
 
 # -- single rules (the control API and the admin) -------------------------------------
