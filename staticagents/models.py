@@ -461,6 +461,8 @@ class Upstream(models.Model):
             schema.validate_part(schema.UpstreamSpec, self.document())
         except schema.DocumentInvalid as exc:
             raise_for_document(exc)
+        upstreams = [u.document() for u in Upstream.objects.exclude(pk=self.pk)]
+        check_modes([*upstreams, self.document()], list(AgentMode.objects.all()))
 
 
 class AgentMode(models.Model):
@@ -485,6 +487,36 @@ class AgentMode(models.Model):
 
     def __str__(self) -> str:
         return self.agent_type or "(default)"
+
+    @staticmethod
+    def modes_document(rows: list[AgentMode]) -> dict[str, Any]:
+        """The fixture's ``modes`` of these rows."""
+        modes: dict[str, Any] = {}
+        agent_types: dict[str, Any] = {}
+        for row in rows:
+            if not row.agent_type:
+                modes["default"] = row.mode
+                if row.upstream:
+                    modes["upstream"] = row.upstream
+            else:
+                spec = {"mode": row.mode}
+                agent_types[row.agent_type] = spec | (
+                    {"upstream": row.upstream} if row.upstream else {}
+                )
+        if agent_types:
+            modes["agent_types"] = agent_types
+        return modes
+
+    def clean(self) -> None:
+        upstreams = [u.document() for u in Upstream.objects.all()]
+        check_modes(upstreams, [*AgentMode.objects.exclude(pk=self.pk), self])
+
+
+def check_modes(upstreams: list[dict[str, Any]], modes: list[AgentMode]) -> None:
+    """Every mode can tell its upstream (a ValidationError naming each one that cannot)."""
+    problems = schema.mode_problems(upstreams, AgentMode.modes_document(modes))
+    if problems:
+        raise ValidationError([f"{p.path}: {p.message}" for p in problems], code="modes")
 
 
 class ChatExchange(models.Model):

@@ -97,7 +97,8 @@ def import_fixture(
 
     Replace (the default) makes the database hold exactly the document; merge
     upserts rules by name, appending new ones, and replaces the defaults and
-    the fallback only when the document gives them.
+    the fallback only when the document gives them. Either way the upstreams and
+    modes are replaced only when the document gives them (``upstreams`` or ``modes``).
     """
     result = ImportResult(0, 0, 0, dry_run)
     # A replace's rows are made before the transaction: SQLite's write lock, which every
@@ -149,7 +150,8 @@ def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportRes
     Rule.objects.bulk_update(moved, ["position"], batch_size=500)
     _write_rule_rows(fresh, rewritten)
     extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
-    extras_changed |= _replace_upstreams(document.get("upstreams", []), document.get("modes", {}))
+    if "upstreams" in document:  # the environment's upstreams stay unless the document says
+        extras_changed |= _replace_upstreams(document["upstreams"], document["modes"])
     result = ImportResult(
         len(fresh),
         len(rewritten),
@@ -409,6 +411,49 @@ def set_upstreams(*, upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> 
         if changed:
             _bump_version()
     return changed
+
+
+def save_upstream(*, document: dict[str, Any]) -> Upstream:
+    """Add or change (by name) one validated upstream."""
+    fields = {key: document.get(key) for key in Upstream.KEYS if key != "name"}
+    fields["record_model"] = bool(fields["record_model"])
+    fields["record_timing"] = bool(fields["record_timing"])
+    fields["timeout"] = fields["timeout"] or 60.0
+    with transaction.atomic():
+        upstream = Upstream.objects.filter(name=document["name"]).first()
+        if upstream is None:
+            position = (Upstream.objects.aggregate(Max("position"))["position__max"] or 0) + 1
+            upstream = Upstream(name=document["name"], position=position)
+        for key, value in fields.items():
+            setattr(upstream, key, value)
+        upstream.save()
+        _bump_version()
+    return upstream
+
+
+def delete_upstream(*, name: str) -> None:
+    """Remove an upstream (the caller has checked that no mode needs it)."""
+    with transaction.atomic():
+        Upstream.objects.filter(name=name).delete()
+        _bump_version()
+
+
+def save_agent_mode(*, agent_type: str, mode: str, upstream: str | None) -> AgentMode:
+    """Set how ``agent_type`` ("" for the default) is answered."""
+    with transaction.atomic():
+        row, _ = AgentMode.objects.update_or_create(
+            agent_type=agent_type, defaults={"mode": mode, "upstream": upstream or None}
+        )
+        _bump_version()
+    return row
+
+
+def delete_agent_modes(*, agent_types: Collection[str]) -> int:
+    """Make these agent types follow the default again (or the rules: no default)."""
+    with transaction.atomic():
+        deleted, _ = AgentMode.objects.filter(agent_type__in=list(agent_types)).delete()
+        _bump_version()
+    return deleted
 
 
 def _replace_upstreams(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> bool:

@@ -403,21 +403,21 @@ def mode_problems(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> lis
     ]
     known = ", ".join(repr(n) for n in names) or "none is defined"
 
-    def check(path: str, mode: str | None, upstream: str | None) -> None:
+    def check(mode_path: str, upstream_path: str, mode: str | None, upstream: str | None) -> None:
         if upstream is not None and upstream not in names:
-            problems.append(FieldError(path, f"unknown upstream {upstream!r} ({known})", "invalid"))
+            message = f"unknown upstream {upstream!r} ({known})"
+            problems.append(FieldError(upstream_path, message))
         elif mode not in (None, "static") and upstream is None and len(names) != 1:
             message = f"mode {mode!r} needs an upstream: name one ({known})"
-            problems.append(FieldError(path, message, "required"))
+            problems.append(FieldError(mode_path, message, "required"))
 
     default_upstream = modes.get("upstream")
-    check("modes.upstream", modes.get("default"), default_upstream)
+    check("modes.default", "modes.upstream", modes.get("default"), default_upstream)
     for agent_type, spec in (modes.get("agent_types") or {}).items():
-        check(
-            f"modes.agent_types.{agent_type}.upstream",
-            spec["mode"],
-            spec.get("upstream") or default_upstream,
-        )
+        path = f"modes.agent_types.{agent_type}"
+        given = spec.get("upstream")
+        upstream_path = f"{path}.upstream" if given else "modes.upstream"
+        check(f"{path}.mode", upstream_path, spec["mode"], given or default_upstream)
     return problems
 
 

@@ -17,7 +17,6 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -27,7 +26,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from websockets.asyncio.client import connect
 
-from staticagents.models import JournalEntry
+from staticagents.models import JournalEntry, Upstream
 from staticagents.testing.server import StaticAgentsServer, free_port
 from tests.conftest import galaxy_query
 
@@ -202,7 +201,9 @@ def test_a_stream_is_relayed_chunk_by_chunk_and_a_client_leaving_cancels_upstrea
     wait_for(lambda: entries() and entries()[0].outcome == "cancelled", "the entry cancelled")
     with real_model.client() as model:
         wait_for(
-            lambda: [r for r in model.requests("global", outcome="cancelled") if "#slow" in r.query],
+            lambda: [
+                r for r in model.requests("global", outcome="cancelled") if "#slow" in r.query
+            ],
             "the upstream's own request cancelled",
         )
 
@@ -228,9 +229,7 @@ def test_tool_calls_and_thinking_pass_through_untouched(service: str) -> None:
 
 def test_an_upstream_429_reaches_the_client_with_its_retry_after(service: str) -> None:
     with pytest.raises(openai.RateLimitError) as raised:
-        openai_client(service, "oa").chat.completions.create(
-            model="gpt-4o", messages=ask("#busy")
-        )
+        openai_client(service, "oa").chat.completions.create(model="gpt-4o", messages=ask("#busy"))
     assert raised.value.response.headers["retry-after"] == "7"
     assert "slow down" in raised.value.message
     with pytest.raises(anthropic.RateLimitError) as anthropic_raised:
@@ -444,21 +443,32 @@ def test_the_upstream_key_appears_in_no_response_journal_export_log_or_admin_pag
     for agent_type in ("oa", "an", "gone"):
         for path, body in (
             (f"/agents/{agent_type}/v1/chat/completions", {"model": "m", "messages": ask("#busy")}),
-            (f"/agents/{agent_type}/v1/messages", {"model": "m", "max_tokens": 5, "messages": ask("x")}),
+            (
+                f"/agents/{agent_type}/v1/messages",
+                {"model": "m", "max_tokens": 5, "messages": ask("x")},
+            ),
         ):
             response = httpx.post(
                 f"{service}{path}", json=body, headers={"Authorization": f"Bearer {CLIENT_KEY}"}
             )
             seen.append(str(response.headers) + response.text)
     seen.append(galaxy_query(service, "x", agent_type="gone").text)
-    seen.append(control.get("/journal", params={"page_size": 100}).text)
-    seen.append(control.get("/fixture").text)
-    seen.append(control.get("/upstreams").text)
-    seen.append(control.get("/explain", params={"agent_type": "oa", "query": "x"}).text)
+    pages = [
+        control.get("/journal", params={"page_size": 100}),
+        control.get("/fixture"),
+        control.get("/upstreams"),
+        control.post("/explain", json={"agent_type": "oa", "query": "x"}),
+    ]
+    upstream = Upstream.objects.get(name="real-openai")
+    for url in (
+        "/admin/staticagents/upstream/",
+        f"/admin/staticagents/upstream/{upstream.pk}/change/",
+    ):
+        pages.append(admin_client.get(url))
+    assert [page.status_code for page in pages] == [200] * len(pages)
+    seen.extend(page.content.decode() for page in pages)
     for entry in entries():
         seen.append(repr({f.name: getattr(entry, f.name) for f in entry._meta.fields}))
-    seen.append(admin_client.get("/admin/staticagents/upstream/").content.decode())
-    seen.append(admin_client.get("/admin/staticagents/upstream/1/change/").content.decode())
     seen.append(caplog.text)
     leaks = [text for text in seen if UPSTREAM_KEY in text or CLIENT_KEY in text]
     assert leaks == []
