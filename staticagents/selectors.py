@@ -20,6 +20,7 @@ from staticagents.core.reach import Shadow, shadowed_rules
 from staticagents.models import (
     DOCUMENT_FIELDS,
     RESPONSE_KEYS,
+    AgentMode,
     ControlToken,
     Defaults,
     Fallback,
@@ -27,6 +28,7 @@ from staticagents.models import (
     Rule,
     RuleResponse,
     SessionScript,
+    Upstream,
 )
 
 
@@ -65,7 +67,31 @@ def stored_document() -> dict[str, Any]:
     with one_snapshot():
         defaults, fallback = stored_defaults_and_fallback()
         rules = [rule for _, rule in stored_rules({})]
-    return {"version": 1, "defaults": defaults, "rules": rules, "fallback": fallback}
+        upstreams, modes = stored_upstreams()
+    document = {"version": 1, "defaults": defaults, "rules": rules, "fallback": fallback}
+    if upstreams or modes:
+        document.update(upstreams=upstreams, modes=modes)
+    return document
+
+
+def stored_upstreams() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The upstreams and the agent types' modes, in fixture form."""
+    upstreams = [upstream.document() for upstream in Upstream.objects.all()]
+    modes: dict[str, Any] = {}
+    agent_types: dict[str, Any] = {}
+    for row in AgentMode.objects.all():
+        if not row.agent_type:
+            modes["default"] = row.mode
+            if row.upstream:
+                modes["upstream"] = row.upstream
+        else:
+            spec = {"mode": row.mode}
+            agent_types[row.agent_type] = spec | (
+                {"upstream": row.upstream} if row.upstream else {}
+            )
+    if agent_types:
+        modes["agent_types"] = agent_types
+    return upstreams, modes
 
 
 def stored_defaults_and_fallback() -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -20,6 +20,7 @@ from django.db.models import F, Field, Max, Model, QuerySet
 from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules
 from staticagents.models import (
+    AgentMode,
     ControlToken,
     Defaults,
     Fallback,
@@ -29,8 +30,9 @@ from staticagents.models import (
     RulesetState,
     SessionCounter,
     SessionScript,
+    Upstream,
 )
-from staticagents.selectors import rule_shadows
+from staticagents.selectors import rule_shadows, stored_upstreams
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ def import_fixture(
 
     Replace (the default) makes the database hold exactly the document; merge
     upserts rules by name, appending new ones, and replaces the defaults and
-    the fallback only when the document gives them.
+    the fallback only when the document gives them. Either way the upstreams and
+    modes are replaced only when the document gives them (``upstreams`` or ``modes``).
     """
     result = ImportResult(0, 0, 0, dry_run)
     # A replace's rows are made before the transaction: SQLite's write lock, which every
@@ -147,6 +150,8 @@ def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportRes
     Rule.objects.bulk_update(moved, ["position"], batch_size=500)
     _write_rule_rows(fresh, rewritten)
     extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
+    if "upstreams" in document:  # the environment's upstreams stay unless the document says
+        extras_changed |= _replace_upstreams(document["upstreams"], document["modes"])
     result = ImportResult(
         len(fresh),
         len(rewritten),
@@ -201,6 +206,8 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, bool]:
         _set_defaults(document["defaults"])
     if document["fallback"] is not None:
         _set_fallback(document["fallback"])
+    if "upstreams" in document:
+        _replace_upstreams(document["upstreams"], document["modes"])
     result = ImportResult(
         created=len(fresh),
         updated=len(existing),
@@ -391,6 +398,84 @@ def _set_fallback(doc: dict[str, Any] | None) -> None:
     Fallback.objects.all().delete()
     if doc is not None:
         Fallback.objects.create(pk=1, **Fallback.fields_from(doc))
+
+
+# -- upstreams and modes ------------------------------------------------------------
+
+
+def set_upstreams(*, upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> bool:
+    """Replace the upstreams and modes with validated ones (``schema.validate_upstreams``);
+    whether anything changed."""
+    with transaction.atomic():
+        changed = _replace_upstreams(upstreams, modes)
+        if changed:
+            _bump_version()
+    return changed
+
+
+def save_upstream(*, document: dict[str, Any]) -> Upstream:
+    """Add or change (by name) one validated upstream."""
+    fields = {key: document.get(key) for key in Upstream.KEYS if key != "name"}
+    fields["record_model"] = bool(fields["record_model"])
+    fields["record_timing"] = bool(fields["record_timing"])
+    fields["timeout"] = fields["timeout"] or 60.0
+    with transaction.atomic():
+        upstream = Upstream.objects.filter(name=document["name"]).first()
+        if upstream is None:
+            position = (Upstream.objects.aggregate(Max("position"))["position__max"] or 0) + 1
+            upstream = Upstream(name=document["name"], position=position)
+        for key, value in fields.items():
+            setattr(upstream, key, value)
+        upstream.save()
+        _bump_version()
+    return upstream
+
+
+def delete_upstream(*, name: str) -> None:
+    """Remove an upstream (the caller has checked that no mode needs it)."""
+    with transaction.atomic():
+        Upstream.objects.filter(name=name).delete()
+        _bump_version()
+
+
+def save_agent_mode(*, agent_type: str, mode: str, upstream: str | None) -> AgentMode:
+    """Set how ``agent_type`` ("" for the default) is answered."""
+    with transaction.atomic():
+        row, _ = AgentMode.objects.update_or_create(
+            agent_type=agent_type, defaults={"mode": mode, "upstream": upstream or None}
+        )
+        _bump_version()
+    return row
+
+
+def delete_agent_modes(*, agent_types: Collection[str]) -> int:
+    """Make these agent types follow the default again (or the rules: no default)."""
+    with transaction.atomic():
+        deleted, _ = AgentMode.objects.filter(agent_type__in=list(agent_types)).delete()
+        _bump_version()
+    return deleted
+
+
+def _replace_upstreams(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> bool:
+    """Store the upstreams and modes unless they are stored already; whether they were not."""
+    made = [
+        Upstream(position=i, **{key: doc[key] for key in Upstream.KEYS if key in doc})
+        for i, doc in enumerate(upstreams)
+    ]
+    if stored_upstreams() == ([row.document() for row in made], modes):
+        return False
+    Upstream.objects.all().delete()
+    AgentMode.objects.all().delete()
+    Upstream.objects.bulk_create(made)
+    rows = [
+        AgentMode(agent_type=agent_type, mode=spec["mode"], upstream=spec.get("upstream"))
+        for agent_type, spec in (modes.get("agent_types") or {}).items()
+    ]
+    if "default" in modes or "upstream" in modes:
+        default = modes.get("default", "static")
+        rows.append(AgentMode(agent_type="", mode=default, upstream=modes.get("upstream")))
+    AgentMode.objects.bulk_create(rows)
+    return True
 
 
 # -- single rules (the control API and the admin) -------------------------------------

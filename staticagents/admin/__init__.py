@@ -24,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from staticagents.admin import journal, trying
+from staticagents.admin import journal, trying, upstreams  # noqa: F401  (registers its admins)
 from staticagents.admin import views as admin_views
 from staticagents.admin.summaries import match_summary, response_summary
 from staticagents.core.reach import Shadow

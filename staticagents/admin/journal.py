@@ -187,6 +187,9 @@ class JournalEntryAdmin(JournalAdminBase):
 
     @admin.display(description="answered by")
     def answered_by(self, entry: JournalEntry) -> SafeString | str:
+        if entry.upstream:
+            latency = f", {entry.upstream_ms:.0f} ms" if entry.upstream_ms is not None else ""
+            return f"upstream {entry.upstream}{latency}"
         if entry.rule is None:
             return "the fallback" if entry.outcome == "answered" else "-"
         url = trying.change_urls([entry.rule]).get(entry.rule)

@@ -184,9 +184,24 @@ describe(
 describe(
     CONTROL + "ExplainView",
     post=control_operation(
-        obj({"rule": nullable(STRING), "fallback": BOOLEAN, "verdicts": array(OBJECT)}),
+        obj(
+            {
+                "rule": nullable(STRING),
+                "fallback": BOOLEAN,
+                "mode": STRING,
+                "upstream": nullable(STRING),
+                "routing": STRING,
+                "verdicts": array(OBJECT),
+            }
+        ),
         request=control.ExplainView.InputSerializer,
     ),
+)
+UPSTREAMS = obj({"upstreams": array(OBJECT), "modes": OBJECT})
+describe(
+    CONTROL + "UpstreamsView",
+    get=control_operation(UPSTREAMS),
+    put=control_operation(UPSTREAMS, request={"application/json": UPSTREAMS}),
 )
 
 

@@ -29,7 +29,7 @@ from rest_framework.authentication import (
     SessionAuthentication,
     get_authorization_header,
 )
-from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
+from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError, PermissionDenied
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
@@ -56,6 +56,7 @@ from staticagents.selectors import (
     stored_control_token_digest,
     stored_document,
     stored_rule,
+    stored_upstreams,
 )
 from staticagents.services import (
     clear_journal,
@@ -66,6 +67,7 @@ from staticagents.services import (
     reset_counters,
     reset_session,
     set_defaults,
+    set_upstreams,
     update_rule,
 )
 
@@ -352,6 +354,8 @@ class FixtureView(ControlView):
         # Read one byte past the limit, so load_fixture can name an oversized body.
         with collection_paused():
             document = load_fixture(request.read(MAX_FIXTURE_BYTES + 1), source="request body")
+            if "upstreams" in document:
+                require(request, UpstreamsView.needs["PUT"], "a fixture that sets upstreams")
             with compiled_before_commit():  # replies keep the old snapshot while this compiles
                 result = import_fixture(document=document, merge=merge, dry_run=dry_run)
         session = request.query_params.get("session")
@@ -387,6 +391,40 @@ def collection_paused() -> Iterator[None]:
 def _wants_json(request: Request) -> bool:
     accept = request.headers.get("Accept", "")
     return "application/json" in accept or request.query_params.get("format") == "json"
+
+
+def require(request: Request, needed: tuple[str, ...], what: str) -> None:
+    """A staff user without the permissions ``needed`` may not do ``what`` (403)."""
+    user = request.user
+    if isinstance(user, ControlClient):
+        return
+    if not user.has_perms([f"staticagents.{codename}" for codename in needed]):
+        raise PermissionDenied(f"{what} needs the permission(s) {', '.join(needed)}")
+
+
+# -- upstreams and modes ------------------------------------------------------------
+
+
+class UpstreamsView(ControlView):
+    """The fixture's ``upstreams`` and ``modes``: ``GET``, ``PUT`` (replace both).
+
+    Only the name of each key's environment variable travels here, never a key.
+    """
+
+    needs = {
+        "GET": ("view_upstream",),
+        "PUT": ("add_upstream", "change_upstream", "delete_upstream"),
+    }
+
+    def get(self, request: Request) -> Response:
+        upstreams, modes = stored_upstreams()
+        return Response({"upstreams": upstreams, "modes": modes})
+
+    def put(self, request: Request) -> Response:
+        upstreams, modes = schema.validate_upstreams(request.data)
+        with compiled_before_commit():
+            set_upstreams(upstreams=upstreams, modes=modes)
+        return self.get(request)
 
 
 # -- journal, sessions, counters ----------------------------------------------------
@@ -506,6 +544,8 @@ class JournalView(ControlView):
         "status",
         "duration_ms",
         "diagnosis",
+        "upstream",
+        "upstream_ms",
     )
     CREATED_AT = serializers.DateTimeField()
 
@@ -622,12 +662,18 @@ class ExplainView(ControlView):
             raise serializers.ValidationError("an inquiry must be a JSON object")
         given = self.InputSerializer(data=request.data)
         given.is_valid(raise_exception=True)
-        verdicts = explain_inquiry(active_ruleset(), Inquiry(**given.validated_data))
+        ruleset = active_ruleset()
+        inquiry = Inquiry(**given.validated_data)
+        verdicts = explain_inquiry(ruleset, inquiry)
         answering = verdicts[-1].rule if verdicts and verdicts[-1].matched else None
+        target = ruleset.routing.target(inquiry.agent_type)
         return Response(
             {
                 "rule": answering,
                 "fallback": answering is None,
+                "mode": ruleset.routing.mode(inquiry.agent_type),
+                "upstream": target.upstream.name if target is not None else None,
+                "routing": ruleset.routing.describe(inquiry.agent_type),
                 "verdicts": [verdict.as_dict() for verdict in verdicts],
             }
         )

@@ -37,9 +37,15 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from staticagents.conf import settings
 from staticagents.core.matching import RuleCompiler, Ruleset, compile_ruleset, compile_scripts
+from staticagents.core.routing import compile_routing
 from staticagents.models import RulesetState
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
-from staticagents.selectors import stored_defaults_and_fallback, stored_rules, stored_scripts
+from staticagents.selectors import (
+    stored_defaults_and_fallback,
+    stored_rules,
+    stored_scripts,
+    stored_upstreams,
+)
 
 # Raw SQL: it runs on every request, and the ORM would cost it ten times over.
 # One string for both stamps, "<rules>:<scripts>", so a request compares one value.
@@ -122,10 +128,11 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
             return replace(previous, stamp=stamp, scripts=scripts)
         rules = stored_rules({**_documents[1], **_documents[0]})
         stored_defaults, fallback = stored_defaults_and_fallback()
+        upstreams, modes = stored_upstreams()
     _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])
     defaults = dict(stored_defaults)
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
-    return compile_ruleset(
+    ruleset = compile_ruleset(
         stamp=stamp,
         rules=[rule for _, rule in rules],
         defaults=defaults,
@@ -135,6 +142,7 @@ def build_ruleset(previous: Ruleset | None = None) -> Ruleset:
         compiler=compiler,
         budget=settings.STATIC_AGENTS_MATCH_BUDGET_MS / 1000,
     )
+    return replace(ruleset, routing=compile_routing(upstreams, modes))
 
 
 def _read_one_snapshot() -> None:
