@@ -104,10 +104,19 @@ class Forward:
             log.warning("upstream %r broke off its answer", self.upstream.name)
             await route.end_stream()
             return
-        if self.target.records and response.status_code < 300:
+        except asyncio.CancelledError:
+            # A client may leave as soon as it read the end marker (the openai SDK does),
+            # before the upstream closed its body: that answer is whole, and recorded.
+            if reader is not None and reader.complete and self.records(response):
+                await asyncio.shield(arecord(self.upstream, self.inquiry, reader.relayed()))
+            raise
+        if self.records(response):
             relayed = reader.relayed() if reader is not None else self.read(b"".join(whole))
             await arecord(self.upstream, self.inquiry, relayed)
         await route.end_stream()
+
+    def records(self, response: httpx.Response) -> bool:
+        return self.target.records and response.status_code < 300
 
     def read(self, body: bytes) -> Relayed:
         try:
