@@ -370,7 +370,8 @@ def test_record_mode_hands_each_relayed_stream_to_the_recorder(
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == "model says: record this"
-    [(exchange, options)] = recorded
+    # Recorded once the stream is whole: maybe after the client read its end marker.
+    [(exchange, options)] = wait_for(lambda: recorded, "the stream recorded")
     assert options == {"match_model": False, "keep_timing": False}
     assert exchange.upstream == "real-openai"
     assert exchange.inquiry.query == "record this"
