@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from staticagents.dialects.llm.routes import ModelReplyRoute
 
 log = logging.getLogger(__name__)
+RECORDING: set[asyncio.Future[str | None]] = set()  # recordings under way
 # The upstream's response headers a client of the same dialect reads.
 RELAYED_HEADERS = (
     "content-type",
@@ -108,15 +109,21 @@ class Forward:
             # A client may leave as soon as it read the end marker (the openai SDK does),
             # before the upstream closed its body: that answer is whole, and recorded.
             if reader is not None and reader.complete and self.records(response):
-                await asyncio.shield(arecord(self.upstream, self.inquiry, reader.relayed()))
+                await self.record(reader.relayed())
             raise
         if self.records(response):
-            relayed = reader.relayed() if reader is not None else self.read(b"".join(whole))
-            await arecord(self.upstream, self.inquiry, relayed)
+            await self.record(reader.relayed() if reader else self.read(b"".join(whole)))
         await route.end_stream()
 
     def records(self, response: httpx.Response) -> bool:
         return self.target.records and response.status_code < 300
+
+    async def record(self, relayed: Relayed) -> None:
+        """Record the answer; a client leaving now (its answer whole) does not stop that."""
+        recording = asyncio.ensure_future(arecord(self.upstream, self.inquiry, relayed))
+        RECORDING.add(recording)  # held until done: the loop keeps only weak references
+        recording.add_done_callback(RECORDING.discard)
+        await asyncio.shield(recording)
 
     def read(self, body: bytes) -> Relayed:
         try:
