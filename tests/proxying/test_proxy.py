@@ -237,7 +237,14 @@ def test_an_upstream_429_reaches_the_client_with_its_retry_after(service: str) -
             model="claude-x", max_tokens=10, messages=ask("#busy")
         )
     assert anthropic_raised.value.response.headers["retry-after"] == "7"
-    assert [(e.outcome, e.status) for e in entries()] == [("upstream_error", 429)] * 2
+    # Translated: an Anthropic client of the OpenAI upstream gets the 429 in its own shape.
+    with pytest.raises(anthropic.RateLimitError) as translated:
+        anthropic_client(service, "oa").messages.create(
+            model="claude-x", max_tokens=10, messages=ask("#busy")
+        )
+    assert translated.value.response.headers["retry-after"] == "7"
+    assert "slow down" in translated.value.message
+    assert [(e.outcome, e.status) for e in entries()] == [("upstream_error", 429)] * 3
 
 
 def test_an_unreachable_upstream_is_a_502_naming_it_in_the_clients_dialect(service: str) -> None:
@@ -280,6 +287,19 @@ def test_an_anthropic_client_of_an_openai_upstream_is_translated(service: str) -
     assert message.usage.input_tokens == 11
     [entry] = entries()
     assert (entry.dialect, entry.outcome, entry.upstream) == ("anthropic", "proxied", "real-openai")
+
+
+def test_a_responses_api_request_is_translated_too(service: str) -> None:
+    response = openai_client(service, "an").responses.create(
+        model="gpt-4o", input="through responses", instructions="Be brief."
+    )
+    assert response.output_text == "model says: through responses"
+    [entry] = entries()
+    assert (entry.dialect, entry.outcome, entry.upstream) == (
+        "responses",
+        "proxied",
+        "real-anthropic",
+    )
 
 
 def test_a_galaxy_inquiry_is_translated_and_answered_by_the_upstream(service: str) -> None:
