@@ -95,12 +95,15 @@ def retry_after_of(headers: Mapping[str, str]) -> float | None:
 def failure_of(
     upstream: Upstream, response: httpx.Response, key: str, latency: float
 ) -> UpstreamFailure:
-    """An upstream's error reply (its body already read)."""
-    body = response.content.replace(key.encode(), MASK.encode()) if key else response.content
+    """An upstream's error reply (its body already read); its body is kept to be relayed only
+    when it is an error in JSON, as the dialect's clients read one."""
+    body: bytes | None = response.content
+    if key:  # should the upstream echo the key, it is masked
+        body = response.content.replace(key.encode(), MASK.encode())
     try:
-        kind, message = error_of(orjson.loads(body))
+        kind, message = error_of(orjson.loads(body or b""))
     except orjson.JSONDecodeError:
-        kind, message = "api_error", ""
+        kind, message, body = "api_error", "", None
     message = message or f"upstream {upstream.name!r} answered {response.status_code}"
     return UpstreamFailure(
         response.status_code,
