@@ -9,9 +9,12 @@ masked should it echo it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -124,8 +127,31 @@ def unreachable(upstream: Upstream, exc: httpx.HTTPError, latency: float) -> Ups
     return UpstreamFailure(502, "upstream_unreachable", message, latency=latency)
 
 
-def _client_options(upstream: Upstream) -> dict[str, Any]:
-    return {"timeout": httpx.Timeout(upstream.timeout), "follow_redirects": False}
+def _timeout(upstream: Upstream) -> httpx.Timeout:
+    return httpx.Timeout(upstream.timeout)
+
+
+# One pooled client per event loop (and per thread): a new client per request would build
+# an SSL context and a connection each time, which costs more than the upstream's answer.
+_loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+_thread_clients = threading.local()
+
+
+def _async_client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _loop_clients.get(loop)
+    if client is None:
+        client = _loop_clients[loop] = httpx.AsyncClient(follow_redirects=False)
+    return client
+
+
+def _sync_client() -> httpx.Client:
+    client: httpx.Client | None = getattr(_thread_clients, "client", None)
+    if client is None:
+        client = _thread_clients.client = httpx.Client(follow_redirects=False)
+    return client
 
 
 def post(
@@ -136,12 +162,12 @@ def post(
     key = key_of(upstream)
     started = time.perf_counter()
     try:
-        with httpx.Client(**_client_options(upstream)) as client:
-            response = client.post(
-                url_of(upstream),
-                content=orjson.dumps(payload),
-                headers=headers_for(upstream, key, client_headers),
-            )
+        response = _sync_client().post(
+            url_of(upstream),
+            content=orjson.dumps(payload),
+            headers=headers_for(upstream, key, client_headers),
+            timeout=_timeout(upstream),
+        )
     except httpx.HTTPError as exc:
         raise unreachable(upstream, exc, time.perf_counter() - started) from None
     return _json_of(upstream, response, key, time.perf_counter() - started)
@@ -154,12 +180,12 @@ async def apost(
     key = key_of(upstream)
     started = time.perf_counter()
     try:
-        async with httpx.AsyncClient(**_client_options(upstream)) as client:
-            response = await client.post(
-                url_of(upstream),
-                content=orjson.dumps(payload),
-                headers=headers_for(upstream, key, client_headers),
-            )
+        response = await _async_client().post(
+            url_of(upstream),
+            content=orjson.dumps(payload),
+            headers=headers_for(upstream, key, client_headers),
+            timeout=_timeout(upstream),
+        )
     except httpx.HTTPError as exc:
         raise unreachable(upstream, exc, time.perf_counter() - started) from None
     return _json_of(upstream, response, key, time.perf_counter() - started)
@@ -189,22 +215,23 @@ async def astream(
     """
     key = key_of(upstream)
     started = time.perf_counter()
+    client = _async_client()
     try:
-        async with httpx.AsyncClient(**_client_options(upstream)) as client:
-            request = client.build_request(
-                "POST",
-                url_of(upstream),
-                content=body,
-                headers=headers_for(upstream, key, client_headers),
-            )
-            response = await client.send(request, stream=True)
-            latency = time.perf_counter() - started
-            try:
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise failure_of(upstream, response, key, latency)
-                yield response, latency
-            finally:
-                await response.aclose()
+        request = client.build_request(
+            "POST",
+            url_of(upstream),
+            content=body,
+            headers=headers_for(upstream, key, client_headers),
+            timeout=_timeout(upstream),
+        )
+        response = await client.send(request, stream=True)
+        latency = time.perf_counter() - started
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise failure_of(upstream, response, key, latency)
+            yield response, latency
+        finally:
+            await response.aclose()
     except httpx.HTTPError as exc:
         raise unreachable(upstream, exc, time.perf_counter() - started) from None
