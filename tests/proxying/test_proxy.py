@@ -335,6 +335,16 @@ def test_galaxy_sees_which_agents_are_proxied(service: str) -> None:
     )
 
 
+def test_a_proxied_agent_type_without_rules_is_listed_as_a_model(service: str) -> None:
+    models = openai_client(service, "x").models.list()
+    assert {"oa", "an", "gone", "rec", "miss"} <= {model.id for model in models}
+    # So naming it as the model, without a prefix, selects it.
+    client = openai.OpenAI(base_url=f"{service}/v1", api_key=CLIENT_KEY, max_retries=0)
+    completion = client.chat.completions.create(model="an", messages=ask("by model name"))
+    assert completion.choices[0].message.content == "model says: by model name"
+    assert entries()[0].upstream == "real-anthropic"
+
+
 def test_galaxy_sees_a_static_registry_without_modes(
     live_url: str, load_rules: Callable[[Any], Any]
 ) -> None:
