@@ -309,3 +309,22 @@ def test_an_upstream_error_that_echoes_the_key_is_relayed_with_the_key_masked() 
     html = failure_of(upstream, httpx.Response(502, text="<html>bad gateway</html>"), "k", 0.1)
     assert html.body is None  # not an error the client's SDK could read: the dialect's own
     assert html.message == "upstream 'u' answered 502"
+
+
+@pytest.mark.django_db
+def test_the_try_page_says_when_an_upstream_answers_the_agent_type(admin_client: Any) -> None:
+    import_fixture(document=load_fixture(UPSTREAMS))
+    page = admin_client.get(
+        "/admin/staticagents/rule/try/",
+        {"query": "hi", "agent_type": "coder", "dialect": "galaxy", "turn": 1},
+    )
+    assert (
+        "Agent type &#x27;coder&#x27; is proxied to upstream &#x27;real&#x27;"
+        in page.content.decode()
+    )
+    static = admin_client.get(
+        "/admin/staticagents/rule/try/",
+        {"query": "hi", "agent_type": "router", "dialect": "galaxy", "turn": 1},
+    )
+    assert 'id="try-answered-by"' in static.content.decode()
+    assert 'id="try-routing"' not in static.content.decode()
