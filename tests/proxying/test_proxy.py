@@ -105,6 +105,7 @@ def service_fixture(real_model: StaticAgentsServer) -> dict[str, Any]:
                 "an": {"mode": "proxy", "upstream": "real-anthropic"},
                 "gone": {"mode": "proxy", "upstream": "gone"},
                 "rec": {"mode": "record", "upstream": "real-openai"},
+                "rec-an": {"mode": "record", "upstream": "real-anthropic"},
                 "miss": {"mode": "record_on_miss", "upstream": "real-anthropic"},
             }
         },
@@ -337,7 +338,7 @@ def test_galaxy_sees_which_agents_are_proxied(service: str) -> None:
 
 def test_a_proxied_agent_type_without_rules_is_listed_as_a_model(service: str) -> None:
     models = openai_client(service, "x").models.list()
-    assert {"oa", "an", "gone", "rec", "miss"} <= {model.id for model in models}
+    assert {"oa", "an", "gone", "rec", "rec-an", "miss"} <= {model.id for model in models}
     # So naming it as the model, without a prefix, selects it.
     client = openai.OpenAI(base_url=f"{service}/v1", api_key=CLIENT_KEY, max_retries=0)
     completion = client.chat.completions.create(model="an", messages=ask("by model name"))
@@ -395,12 +396,14 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Exchange, dict[str, 
 def test_record_mode_hands_each_relayed_stream_to_the_recorder(
     service: str, recorded: list[tuple[Exchange, dict[str, Any]]]
 ) -> None:
-    stream = openai_client(service, "rec").chat.completions.create(
-        model="gpt-4o", messages=ask("record this"), stream=True
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert text == "model says: record this"
-    [(exchange, options)] = recorded
+    for _ in range(3):  # the stream's end is held back until the exchange is recorded
+        stream = openai_client(service, "rec").chat.completions.create(
+            model="gpt-4o", messages=ask("record this"), stream=True
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == "model says: record this"
+        assert recorded
+        exchange, options = recorded.pop()
     assert options == {"match_model": False, "keep_timing": False}
     assert exchange.upstream == "real-openai"
     assert exchange.inquiry.query == "record this"
@@ -411,6 +414,25 @@ def test_record_mode_hands_each_relayed_stream_to_the_recorder(
     assert [chunk for _, chunk in reply.chunks] == ["model ", "says: ", "record ", "this"]
     offsets = [at for at, _ in reply.chunks]
     assert offsets == sorted(offsets) and offsets[0] > 0
+
+
+def test_a_recorded_anthropic_stream_is_recorded_before_it_ends(
+    service: str, recorded: list[tuple[Exchange, dict[str, Any]]]
+) -> None:
+    client = anthropic_client(service, "rec-an")
+    for n in range(3):  # the stream's end is held back until the exchange is recorded
+        with client.messages.stream(model="c", max_tokens=50, messages=ask(f"#tool {n}")) as stream:
+            message = stream.get_final_message()
+        assert message.stop_reason == "tool_use"
+        assert len(recorded) == n + 1
+    reply = recorded[-1][0].reply
+    assert reply.thinking == "A lookup will tell."
+    assert reply.tool_calls == ({"name": "lookup", "arguments": {"topic": "weather", "days": 3}},)
+    usage = {
+        "input_tokens": message.usage.input_tokens,
+        "output_tokens": message.usage.output_tokens,
+    }
+    assert (reply.finish_reason, reply.usage) == ("tool_use", usage)
 
 
 def test_record_mode_parses_tool_call_arguments(
