@@ -200,7 +200,10 @@ class Ruleset:
 
     @property
     def agent_types(self) -> list[str]:
-        return sorted(self.groups)
+        """The agent types a rule names, or a mode."""
+        if not self.routing.agent_types:
+            return sorted(self.groups)
+        return sorted({*self.groups, *self.routing.agent_types})
 
 
 class RuleCompiler:

@@ -9,9 +9,12 @@ masked should it echo it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -95,12 +98,15 @@ def retry_after_of(headers: Mapping[str, str]) -> float | None:
 def failure_of(
     upstream: Upstream, response: httpx.Response, key: str, latency: float
 ) -> UpstreamFailure:
-    """An upstream's error reply (its body already read)."""
-    body = response.content.replace(key.encode(), MASK.encode()) if key else response.content
+    """An upstream's error reply (its body already read); its body is kept to be relayed only
+    when it is an error in JSON, as the dialect's clients read one."""
+    body: bytes | None = response.content
+    if key:  # should the upstream echo the key, it is masked
+        body = response.content.replace(key.encode(), MASK.encode())
     try:
-        kind, message = error_of(orjson.loads(body))
+        kind, message = error_of(orjson.loads(body or b""))
     except orjson.JSONDecodeError:
-        kind, message = "api_error", ""
+        kind, message, body = "api_error", "", None
     message = message or f"upstream {upstream.name!r} answered {response.status_code}"
     return UpstreamFailure(
         response.status_code,
@@ -121,8 +127,31 @@ def unreachable(upstream: Upstream, exc: httpx.HTTPError, latency: float) -> Ups
     return UpstreamFailure(502, "upstream_unreachable", message, latency=latency)
 
 
-def _client_options(upstream: Upstream) -> dict[str, Any]:
-    return {"timeout": httpx.Timeout(upstream.timeout), "follow_redirects": False}
+def _timeout(upstream: Upstream) -> httpx.Timeout:
+    return httpx.Timeout(upstream.timeout)
+
+
+# One pooled client per event loop (and per thread): a new client per request would build
+# an SSL context and a connection each time, which costs more than the upstream's answer.
+_loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+_thread_clients = threading.local()
+
+
+def _async_client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _loop_clients.get(loop)
+    if client is None:
+        client = _loop_clients[loop] = httpx.AsyncClient(follow_redirects=False)
+    return client
+
+
+def _sync_client() -> httpx.Client:
+    client: httpx.Client | None = getattr(_thread_clients, "client", None)
+    if client is None:
+        client = _thread_clients.client = httpx.Client(follow_redirects=False)
+    return client
 
 
 def post(
@@ -133,12 +162,12 @@ def post(
     key = key_of(upstream)
     started = time.perf_counter()
     try:
-        with httpx.Client(**_client_options(upstream)) as client:
-            response = client.post(
-                url_of(upstream),
-                content=orjson.dumps(payload),
-                headers=headers_for(upstream, key, client_headers),
-            )
+        response = _sync_client().post(
+            url_of(upstream),
+            content=orjson.dumps(payload),
+            headers=headers_for(upstream, key, client_headers),
+            timeout=_timeout(upstream),
+        )
     except httpx.HTTPError as exc:
         raise unreachable(upstream, exc, time.perf_counter() - started) from None
     return _json_of(upstream, response, key, time.perf_counter() - started)
@@ -151,12 +180,12 @@ async def apost(
     key = key_of(upstream)
     started = time.perf_counter()
     try:
-        async with httpx.AsyncClient(**_client_options(upstream)) as client:
-            response = await client.post(
-                url_of(upstream),
-                content=orjson.dumps(payload),
-                headers=headers_for(upstream, key, client_headers),
-            )
+        response = await _async_client().post(
+            url_of(upstream),
+            content=orjson.dumps(payload),
+            headers=headers_for(upstream, key, client_headers),
+            timeout=_timeout(upstream),
+        )
     except httpx.HTTPError as exc:
         raise unreachable(upstream, exc, time.perf_counter() - started) from None
     return _json_of(upstream, response, key, time.perf_counter() - started)
@@ -186,22 +215,23 @@ async def astream(
     """
     key = key_of(upstream)
     started = time.perf_counter()
+    client = _async_client()
     try:
-        async with httpx.AsyncClient(**_client_options(upstream)) as client:
-            request = client.build_request(
-                "POST",
-                url_of(upstream),
-                content=body,
-                headers=headers_for(upstream, key, client_headers),
-            )
-            response = await client.send(request, stream=True)
-            latency = time.perf_counter() - started
-            try:
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise failure_of(upstream, response, key, latency)
-                yield response, latency
-            finally:
-                await response.aclose()
+        request = client.build_request(
+            "POST",
+            url_of(upstream),
+            content=body,
+            headers=headers_for(upstream, key, client_headers),
+            timeout=_timeout(upstream),
+        )
+        response = await client.send(request, stream=True)
+        latency = time.perf_counter() - started
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise failure_of(upstream, response, key, latency)
+            yield response, latency
+        finally:
+            await response.aclose()
     except httpx.HTTPError as exc:
         raise unreachable(upstream, exc, time.perf_counter() - started) from None

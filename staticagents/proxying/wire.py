@@ -191,7 +191,6 @@ class StreamReader:
     finish_reason: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
     chunks: list[tuple[float, str]] = field(default_factory=list)
-    complete: bool = False  # the dialect's end marker was read: the answer is whole
 
     def feed(self, data: bytes, at: float) -> None:
         """Read ``data`` (any slice of the stream), relayed ``at`` seconds after the request."""
@@ -203,8 +202,6 @@ class StreamReader:
                     self._event(line[5:].strip(), at)
 
     def _event(self, data: bytes, at: float) -> None:
-        if data == b"[DONE]":
-            self.complete = True
         if not data or data == b"[DONE]":
             return
         try:
@@ -256,8 +253,6 @@ class StreamReader:
             elif delta.get("type") == "input_json_delta":
                 call = self.calls.setdefault(int(payload.get("index") or 0), _Call())
                 call.arguments += delta.get("partial_json") or ""
-        elif kind == "message_stop":
-            self.complete = True
         elif kind == "message_delta":
             self.finish_reason = (payload.get("delta") or {}).get("stop_reason")
             output = (payload.get("usage") or {}).get("output_tokens")

@@ -105,6 +105,7 @@ def service_fixture(real_model: StaticAgentsServer) -> dict[str, Any]:
                 "an": {"mode": "proxy", "upstream": "real-anthropic"},
                 "gone": {"mode": "proxy", "upstream": "gone"},
                 "rec": {"mode": "record", "upstream": "real-openai"},
+                "rec-an": {"mode": "record", "upstream": "real-anthropic"},
                 "miss": {"mode": "record_on_miss", "upstream": "real-anthropic"},
             }
         },
@@ -237,7 +238,14 @@ def test_an_upstream_429_reaches_the_client_with_its_retry_after(service: str) -
             model="claude-x", max_tokens=10, messages=ask("#busy")
         )
     assert anthropic_raised.value.response.headers["retry-after"] == "7"
-    assert [(e.outcome, e.status) for e in entries()] == [("upstream_error", 429)] * 2
+    # Translated: an Anthropic client of the OpenAI upstream gets the 429 in its own shape.
+    with pytest.raises(anthropic.RateLimitError) as translated:
+        anthropic_client(service, "oa").messages.create(
+            model="claude-x", max_tokens=10, messages=ask("#busy")
+        )
+    assert translated.value.response.headers["retry-after"] == "7"
+    assert "slow down" in translated.value.message
+    assert [(e.outcome, e.status) for e in entries()] == [("upstream_error", 429)] * 3
 
 
 def test_an_unreachable_upstream_is_a_502_naming_it_in_the_clients_dialect(service: str) -> None:
@@ -282,6 +290,19 @@ def test_an_anthropic_client_of_an_openai_upstream_is_translated(service: str) -
     assert (entry.dialect, entry.outcome, entry.upstream) == ("anthropic", "proxied", "real-openai")
 
 
+def test_a_responses_api_request_is_translated_too(service: str) -> None:
+    response = openai_client(service, "an").responses.create(
+        model="gpt-4o", input="through responses", instructions="Be brief."
+    )
+    assert response.output_text == "model says: through responses"
+    [entry] = entries()
+    assert (entry.dialect, entry.outcome, entry.upstream) == (
+        "responses",
+        "proxied",
+        "real-anthropic",
+    )
+
+
 def test_a_galaxy_inquiry_is_translated_and_answered_by_the_upstream(service: str) -> None:
     response = galaxy_query(service, "what is BWA?", agent_type="an")
     assert response.status_code == 200, response.text
@@ -313,6 +334,16 @@ def test_galaxy_sees_which_agents_are_proxied(service: str) -> None:
         "record_on_miss",
         "real-anthropic",
     )
+
+
+def test_a_proxied_agent_type_without_rules_is_listed_as_a_model(service: str) -> None:
+    models = openai_client(service, "x").models.list()
+    assert {"oa", "an", "gone", "rec", "rec-an", "miss"} <= {model.id for model in models}
+    # So naming it as the model, without a prefix, selects it.
+    client = openai.OpenAI(base_url=f"{service}/v1", api_key=CLIENT_KEY, max_retries=0)
+    completion = client.chat.completions.create(model="an", messages=ask("by model name"))
+    assert completion.choices[0].message.content == "model says: by model name"
+    assert entries()[0].upstream == "real-anthropic"
 
 
 def test_galaxy_sees_a_static_registry_without_modes(
@@ -365,13 +396,14 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Exchange, dict[str, 
 def test_record_mode_hands_each_relayed_stream_to_the_recorder(
     service: str, recorded: list[tuple[Exchange, dict[str, Any]]]
 ) -> None:
-    stream = openai_client(service, "rec").chat.completions.create(
-        model="gpt-4o", messages=ask("record this"), stream=True
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert text == "model says: record this"
-    # Recorded once the stream is whole: maybe after the client read its end marker.
-    [(exchange, options)] = wait_for(lambda: recorded, "the stream recorded")
+    for _ in range(3):  # the stream's end is held back until the exchange is recorded
+        stream = openai_client(service, "rec").chat.completions.create(
+            model="gpt-4o", messages=ask("record this"), stream=True
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == "model says: record this"
+        assert recorded
+        exchange, options = recorded.pop()
     assert options == {"match_model": False, "keep_timing": False}
     assert exchange.upstream == "real-openai"
     assert exchange.inquiry.query == "record this"
@@ -382,6 +414,25 @@ def test_record_mode_hands_each_relayed_stream_to_the_recorder(
     assert [chunk for _, chunk in reply.chunks] == ["model ", "says: ", "record ", "this"]
     offsets = [at for at, _ in reply.chunks]
     assert offsets == sorted(offsets) and offsets[0] > 0
+
+
+def test_a_recorded_anthropic_stream_is_recorded_before_it_ends(
+    service: str, recorded: list[tuple[Exchange, dict[str, Any]]]
+) -> None:
+    client = anthropic_client(service, "rec-an")
+    for n in range(3):  # the stream's end is held back until the exchange is recorded
+        with client.messages.stream(model="c", max_tokens=50, messages=ask(f"#tool {n}")) as stream:
+            message = stream.get_final_message()
+        assert message.stop_reason == "tool_use"
+        assert len(recorded) == n + 1
+    reply = recorded[-1][0].reply
+    assert reply.thinking == "A lookup will tell."
+    assert reply.tool_calls == ({"name": "lookup", "arguments": {"topic": "weather", "days": 3}},)
+    usage = {
+        "input_tokens": message.usage.input_tokens,
+        "output_tokens": message.usage.output_tokens,
+    }
+    assert (reply.finish_reason, reply.usage) == ("tool_use", usage)
 
 
 def test_record_mode_parses_tool_call_arguments(

@@ -7,11 +7,13 @@ from typing import Any
 import httpx
 import pytest
 
+from staticagents.core import routing
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.routing import compile_routing
 from staticagents.document.files import dump_fixture, load_fixture
 from staticagents.document.schema import DocumentInvalid
 from staticagents.models import AgentMode, Upstream
+from staticagents.proxying.client import failure_of
 from staticagents.proxying.wire import StreamReader, translated_request
 from staticagents.selectors import export_document
 from staticagents.services import import_fixture
@@ -55,15 +57,15 @@ def errors_of(text: str) -> list[str]:
 
 def test_upstreams_and_modes_validate_into_a_routing() -> None:
     document = load_fixture(UPSTREAMS)
-    routing = compile_routing(document["upstreams"], document["modes"])
-    assert routing.mode("router") == "static" and routing.target("router") is None
-    coder = routing.target("coder")
+    routes = compile_routing(document["upstreams"], document["modes"])
+    assert routes.mode("router") == "static" and routes.target("router") is None
+    coder = routes.target("coder")
     assert coder is not None and (coder.mode, coder.upstream.name) == ("proxy", "real")
     assert coder.upstream.headers == {"OpenAI-Organization": "org-1"}
-    other = routing.target("anything")
+    other = routes.target("anything")
     assert other is not None and (other.mode, other.upstream.name) == ("record_on_miss", "claude")
-    assert routing.mixed
-    assert routing.describe("coder") == "agent type 'coder' is proxied to upstream 'real'"
+    assert routes.mixed
+    assert routes.describe("coder") == "agent type 'coder' is proxied to upstream 'real'"
     assert not compile_routing([], {}).mixed
 
 
@@ -291,3 +293,38 @@ def test_a_stream_read_in_arbitrary_slices_keeps_each_chunks_time() -> None:
     assert relayed.finish_reason == "tool_use"
     assert relayed.usage == {"input_tokens": 5, "output_tokens": 9}
     assert relayed.reply_finish_reason("anthropic") == "tool_calls"
+
+
+def test_an_upstream_error_that_echoes_the_key_is_relayed_with_the_key_masked() -> None:
+    upstream = routing.Upstream(name="u", dialect="openai", base_url="http://h/v1", api_key_env="K")
+    echoed = httpx.Response(
+        401,
+        json={"error": {"message": "Incorrect API key: sk-real-1", "type": "invalid_request"}},
+        headers={"retry-after-ms": "1500"},
+    )
+    failure = failure_of(upstream, echoed, "sk-real-1", 0.1)
+    assert failure.body is not None and b"sk-real-1" not in failure.body
+    assert failure.message == "Incorrect API key: ***"
+    assert (failure.status, failure.retry_after) == (401, 1.5)
+    html = failure_of(upstream, httpx.Response(502, text="<html>bad gateway</html>"), "k", 0.1)
+    assert html.body is None  # not an error the client's SDK could read: the dialect's own
+    assert html.message == "upstream 'u' answered 502"
+
+
+@pytest.mark.django_db
+def test_the_try_page_says_when_an_upstream_answers_the_agent_type(admin_client: Any) -> None:
+    import_fixture(document=load_fixture(UPSTREAMS))
+    page = admin_client.get(
+        "/admin/staticagents/rule/try/",
+        {"query": "hi", "agent_type": "coder", "dialect": "galaxy", "turn": 1},
+    )
+    assert (
+        "Agent type &#x27;coder&#x27; is proxied to upstream &#x27;real&#x27;"
+        in page.content.decode()
+    )
+    static = admin_client.get(
+        "/admin/staticagents/rule/try/",
+        {"query": "hi", "agent_type": "router", "dialect": "galaxy", "turn": 1},
+    )
+    assert 'id="try-answered-by"' in static.content.decode()
+    assert 'id="try-routing"' not in static.content.decode()

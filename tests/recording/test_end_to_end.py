@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -143,15 +142,9 @@ def conversation(sdk: openai.OpenAI) -> list[Any]:
     return seen
 
 
-def recorded_rules(count: int) -> list[Rule]:
-    """The rules recorded from the real model, once there are ``count``: a stream is
-    recorded after its last chunk was relayed, so maybe after the client read it."""
-    deadline = time.monotonic() + 10
-    while True:
-        rules = list(Rule.objects.filter(recorded_upstream="real").order_by("position"))
-        if len(rules) >= count or time.monotonic() > deadline:
-            return rules
-        time.sleep(0.02)
+def recorded_rules() -> list[Rule]:
+    """The rules recorded from the real model (each recorded before its answer ended)."""
+    return list(Rule.objects.filter(recorded_upstream="real").order_by("position"))
 
 
 def replay_offline(real_model: StaticAgentsServer) -> None:
@@ -173,7 +166,7 @@ def test_recorded_requests_replay_identically_with_the_model_gone(
         "The tool says 21 C.",
         ["Chunks ", "come ", "at ", "the ", "pace ", "they ", "came."],
     ]
-    rules = recorded_rules(4)
+    rules = recorded_rules()
     assert len(rules) == 4  # one per request: the tool conversation's two turns apart
     paced = next(
         stored_rule(rule.name)
@@ -188,7 +181,7 @@ def test_recorded_requests_replay_identically_with_the_model_gone(
 
     again = conversation(sdk)  # recorded twice: updated, not duplicated
     assert again == recorded
-    assert len(recorded_rules(5)) == 4
+    assert len(recorded_rules()) == 4
 
     replay_offline(real_model)
     assert conversation(sdk) == recorded
@@ -206,9 +199,7 @@ def test_record_on_miss_records_what_the_rules_leave_and_replays_it(
     assert local.choices[0].message.content == "ours"
     missed = sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "new"}])
     assert missed.choices[0].message.content == "model says: new"
-    assert list(
-        Rule.objects.filter(recorded_upstream="real").values_list("match_query", flat=True)
-    ) == ["^new$"]
+    assert [rule.match_query for rule in recorded_rules()] == ["^new$"]
 
     replay_offline(real_model)
     replayed = sdk.chat.completions.create(

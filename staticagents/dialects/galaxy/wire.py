@@ -413,10 +413,7 @@ def render_agent_list(
 ) -> dict[str, Any]:
     """``GET /api/ai/agents``: one entry per agent type a rule or a mode names, sorted;
     ``backend`` says whether rules (``static``) or an upstream answer it."""
-    agents = [
-        _agent(agent_type, routing.target(agent_type))
-        for agent_type in sorted({*agent_types, *routing.agent_types})
-    ]
+    agents = [_agent(agent_type, routing.target(agent_type)) for agent_type in sorted(agent_types)]
     return {"agents": agents, "total_count": len(agents)}
 
 

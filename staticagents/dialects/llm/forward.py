@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from staticagents.dialects.llm.routes import ModelReplyRoute
 
 log = logging.getLogger(__name__)
-RECORDING: set[asyncio.Future[str | None]] = set()  # recordings under way
 # The upstream's response headers a client of the same dialect reads.
 RELAYED_HEADERS = (
     "content-type",
@@ -43,6 +42,10 @@ RELAYED_HEADERS = (
     "x-request-id",
     "request-id",
 )
+
+
+# The event that ends each dialect's stream.
+END_MARKERS = {"openai": b"data: [DONE]", "anthropic": b"event: message_stop"}
 
 
 class Forward:
@@ -83,7 +86,11 @@ class Forward:
         return orjson.dumps(payload)
 
     async def relay(self, response: httpx.Response) -> None:
-        """Send the upstream's response on as it arrives; record it, then end it."""
+        """Send the upstream's response on as it arrives; record it, then end it.
+
+        When recording, a stream's end marker is held back until the exchange is
+        recorded: a client that asks again as soon as its stream ended finds the rule.
+        """
         route = self.route
         headers = [
             (name.encode(), value.encode())
@@ -93,37 +100,34 @@ class Forward:
         await route.send_start(response.status_code, headers)
         streamed = "text/event-stream" in response.headers.get("content-type", "")
         reader = StreamReader(self.upstream.dialect) if streamed else None
+        recording = self.target.records and response.status_code < 300
         whole: list[bytes] = []
+        held = b""  # from the end marker on, when recording
         try:
             async for data in response.aiter_raw():
                 if reader is not None:
                     reader.feed(data, time.perf_counter() - self.started)
                 else:
                     whole.append(data)
-                await route.send_chunk(data)
+                if recording and reader is not None:
+                    data, held = self.hold_end(held, data)
+                if data:
+                    await route.send_chunk(data)
         except httpx.HTTPError:
             log.warning("upstream %r broke off its answer", self.upstream.name)
-            await route.end_stream()
+            await route.end_stream(held)
             return
-        except asyncio.CancelledError:
-            # A client may leave as soon as it read the end marker (the openai SDK does),
-            # before the upstream closed its body: that answer is whole, and recorded.
-            if reader is not None and reader.complete and self.records(response):
-                await self.record(reader.relayed())
-            raise
-        if self.records(response):
-            await self.record(reader.relayed() if reader else self.read(b"".join(whole)))
-        await route.end_stream()
+        if recording:
+            relayed = reader.relayed() if reader is not None else self.read(b"".join(whole))
+            await arecord(self.upstream, self.inquiry, relayed)
+        await route.end_stream(held)
 
-    def records(self, response: httpx.Response) -> bool:
-        return self.target.records and response.status_code < 300
-
-    async def record(self, relayed: Relayed) -> None:
-        """Record the answer; a client leaving now (its answer whole) does not stop that."""
-        recording = asyncio.ensure_future(arecord(self.upstream, self.inquiry, relayed))
-        RECORDING.add(recording)  # held until done: the loop keeps only weak references
-        recording.add_done_callback(RECORDING.discard)
-        await asyncio.shield(recording)
+    def hold_end(self, held: bytes, data: bytes) -> tuple[bytes, bytes]:
+        """(what to send now, what to hold back): the end marker and all after it."""
+        if held:
+            return b"", held + data
+        at = data.find(END_MARKERS[self.upstream.dialect])
+        return (data, b"") if at < 0 else (data[:at], data[at:])
 
     def read(self, body: bytes) -> Relayed:
         try:

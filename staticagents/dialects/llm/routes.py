@@ -89,7 +89,7 @@ class ModelReplyRoute(ReplyRoute):
             dialect=self.dialect,
             prefix=self.agent_prefix,
             headers=self.request_headers,
-            known=ruleset.agent_types,
+            ruleset=ruleset,
         )
         self.asked = (inquiry, ruleset)
         target = proxy_target(ruleset, inquiry)
@@ -144,9 +144,8 @@ async def answer_conversation(
     header = headers.get("x-agent-type")
     # Only a request that names no agent type needs the rule snapshot to read its model.
     ruleset = None if (prefix or header) else await current_ruleset()
-    known = ruleset.agent_types if ruleset is not None else ()
     inquiry = conversation_inquiry(
-        conversation, dialect=dialect, prefix=prefix, headers=headers, known=known
+        conversation, dialect=dialect, prefix=prefix, headers=headers, ruleset=ruleset
     )
     return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
 
@@ -157,11 +156,14 @@ def conversation_inquiry(
     dialect: str,
     prefix: str | None,
     headers: Mapping[str, str],
-    known: Sequence[str],
+    ruleset: Ruleset | None,
 ) -> Inquiry:
-    """The inquiry of a conversation, completed from the route and the headers."""
+    """The inquiry of a conversation, completed from the route and the headers (and the
+    snapshot's agent types, read only when neither names one)."""
+    header = headers.get("x-agent-type")
+    known = ruleset.agent_types if ruleset is not None and not (prefix or header) else ()
     agent_type = choose_agent_type(
-        prefix=prefix, header=headers.get("x-agent-type"), model=conversation.model, known=known
+        prefix=prefix, header=header, model=conversation.model, known=known
     )
     return conversation.inquiry(
         dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
