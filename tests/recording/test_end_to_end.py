@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import yaml
@@ -98,10 +99,21 @@ def service(
                     "base_url": f"{real_model.url}/v1",
                     "api_key_env": KEY_VARIABLE,
                     "record_timing": True,
-                }
+                },
+                {
+                    "name": "real-anthropic",
+                    "dialect": "anthropic",
+                    "base_url": real_model.url,
+                    "api_key_env": KEY_VARIABLE,
+                },
             ],
             "modes": {
-                "agent_types": {"rec": {"mode": "record"}, "miss": {"mode": "record_on_miss"}}
+                "upstream": "real",
+                "agent_types": {
+                    "rec": {"mode": "record"},
+                    "miss": {"mode": "record_on_miss"},
+                    "rec-an": {"mode": "record", "upstream": "real-anthropic"},
+                },
             },
         }
     )
@@ -209,3 +221,52 @@ def test_record_on_miss_records_what_the_rules_leave_and_replays_it(
     assert replayed.usage is not None and replayed.usage.completion_tokens == 4
     galaxy = galaxy_query(service, "new", agent_type="miss").json()["response"]
     assert galaxy["content"] == "model says: new"
+
+
+def anthropic_conversation(sdk: anthropic.Anthropic) -> list[Any]:
+    """A tool call and its answer, then a streamed answer: what each gave."""
+    seen: list[Any] = []
+    tools: list[Any] = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    asked = sdk.messages.create(model=MODEL, max_tokens=64, messages=messages, tools=tools)
+    calls = [(b.name, b.input) for b in asked.content if b.type == "tool_use"]
+    seen.append((calls, asked.stop_reason))
+    messages += [
+        {"role": "assistant", "content": asked.content},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": asked.content[-1].id, "content": "21 C"}
+            ],  # type: ignore[union-attr]
+        },
+    ]
+    answered = sdk.messages.create(model=MODEL, max_tokens=64, messages=messages, tools=tools)
+    seen.append([b.text for b in answered.content if b.type == "text"])
+    question: list[Any] = [{"role": "user", "content": "#paced please"}]
+    with sdk.messages.stream(model=MODEL, max_tokens=64, messages=question) as events:
+        seen.append(
+            [
+                event.delta.text
+                for event in events
+                if event.type == "content_block_delta" and event.delta.type == "text_delta"
+            ]
+        )
+    return seen
+
+
+def test_an_anthropic_upstream_is_recorded_and_replayed(
+    service: str, real_model: StaticAgentsServer
+) -> None:
+    sdk = anthropic.Anthropic(
+        base_url=f"{service}/agents/rec-an", api_key="sk-client-own", max_retries=0
+    )
+    recorded = anthropic_conversation(sdk)
+    assert recorded == [
+        ([("get_weather", {"city": "Paris", "days": 3})], "tool_use"),
+        ["The tool says 21 C."],
+        ["Chunks ", "come ", "at ", "the ", "pace ", "they ", "came."],
+    ]
+    assert Rule.objects.filter(recorded_upstream="real-anthropic").count() == 3
+
+    replay_offline(real_model)
+    assert anthropic_conversation(sdk) == recorded
