@@ -329,6 +329,16 @@ async def test_a_websocket_inquiry_is_translated_and_streamed_back(service: str)
     assert outcomes == ["proxied"]
 
 
+def test_an_adk_run_is_translated_for_the_app_an_upstream_answers(service: str) -> None:
+    message = {"role": "user", "parts": [{"text": "from an agent"}]}
+    body = {"appName": "an", "userId": "u", "sessionId": "s", "newMessage": message}
+    response = httpx.post(f"{service}/run", json=body)
+    assert response.status_code == 200, response.text
+    [event] = response.json()
+    assert event["content"]["parts"] == [{"text": "model says: from an agent"}]
+    assert [(e.dialect, e.outcome) for e in entries()] == [("adk", "proxied")]
+
+
 def test_galaxy_sees_which_agents_are_proxied(service: str) -> None:
     configuration = httpx.get(f"{service}/api/configuration").json()
     assert configuration["llm_registry_type"] == "mixed"
