@@ -208,12 +208,13 @@ def journal_counters(*, session: str | None = None) -> dict[str, Any]:
     entries = JournalEntry.objects.filter(counted=True)
     if session is not None:
         entries = entries.filter(session=session)
-    rows = entries.values("rule", "outcome").annotate(n=Count("id")).order_by()
+    rows = entries.values("rule", "outcome", "upstream").annotate(n=Count("id")).order_by()
     outcomes: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     for row in rows:
         outcomes[row["outcome"]] += row["n"]
-        if row["outcome"] != "unknown_route":  # no rule could answer: not a fallback either
+        # An unknown route, or an upstream's answer: no rule answered, nor the fallback.
+        if row["outcome"] != "unknown_route" and not row["upstream"]:
             rules[row["rule"] or ""] += row["n"]
     fallbacks = rules.pop("", 0)
     return {

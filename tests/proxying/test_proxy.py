@@ -27,6 +27,7 @@ from asgiref.sync import sync_to_async
 from websockets.asyncio.client import connect
 
 from staticagents.models import JournalEntry, Upstream
+from staticagents.selectors import journal_counters
 from staticagents.testing.server import StaticAgentsServer, free_port
 from tests.conftest import galaxy_query
 
@@ -165,6 +166,9 @@ def test_an_openai_request_is_forwarded_with_the_upstreams_key(service: str) -> 
     assert completion.usage is not None and completion.usage.prompt_tokens == 11
     [entry] = entries()
     assert (entry.outcome, entry.upstream, entry.status) == ("proxied", "real-openai", 200)
+    counters = journal_counters()
+    assert (counters["requests"], counters["fallbacks"]) == (1, 0)
+    assert counters["outcomes"] == {"proxied": 1}
     assert entry.upstream_ms is not None and entry.upstream_ms > 0
     assert entry.rule is None and entry.agent_type == "oa"
 
@@ -323,6 +327,16 @@ async def test_a_websocket_inquiry_is_translated_and_streamed_back(service: str)
     assert text == "model says: over the socket"
     outcomes = await sync_to_async(lambda: [e.outcome for e in entries()])()
     assert outcomes == ["proxied"]
+
+
+def test_an_adk_run_is_translated_for_the_app_an_upstream_answers(service: str) -> None:
+    message = {"role": "user", "parts": [{"text": "from an agent"}]}
+    body = {"appName": "an", "userId": "u", "sessionId": "s", "newMessage": message}
+    response = httpx.post(f"{service}/run", json=body)
+    assert response.status_code == 200, response.text
+    [event] = response.json()
+    assert event["content"]["parts"] == [{"text": "model says: from an agent"}]
+    assert [(e.dialect, e.outcome) for e in entries()] == [("adk", "proxied")]
 
 
 def test_galaxy_sees_which_agents_are_proxied(service: str) -> None:
