@@ -130,14 +130,22 @@ def recorded_stream(reply: RecordedReply, *, keep_timing: bool) -> dict[str, Any
     sends them on the measured schedule: the first chunk when it came, the others at the
     mean interval."""
     chunks = reply.chunks or ()
+    texts = [text for _, text in chunks]
     stream: dict[str, Any] = {}
-    chunk = chunking(reply.content, reply.thinking or "", [text for _, text in chunks])
+    chunk = chunking(reply.content, reply.thinking or "", texts)
     if chunk != "word":
         stream["chunk"] = chunk
     if keep_timing and chunks:
         first, last = chunks[0][0], chunks[-1][0]
         step = (last - first) / (len(chunks) - 1) if len(chunks) > 1 else 0.0
-        stream["first_delay_ms"] = _ms(first)
+        # A replay streams the thinking first, on the same schedule: when only the
+        # content's chunks were timed, the thinking's go before them.
+        unseen = (
+            0
+            if texts != chunk_text(reply.content, chunk)
+            else len(chunk_text(reply.thinking or "", chunk))
+        )
+        stream["first_delay_ms"] = _ms(first - unseen * step)
         stream["word_delay_ms"] = _ms(step)
     return stream
 

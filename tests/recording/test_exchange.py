@@ -134,3 +134,31 @@ def test_thinking_streamed_before_the_content_is_cut_the_same_way() -> None:
     chunks = tuple((i / 10, c) for i, c in enumerate("hmok"))
     reply = RecordedReply("ok", thinking="hm", chunks=chunks)
     assert recorded_rule(exchange(reply), at=AT)["response"]["stream"] == {"chunk": "char"}
+
+
+def test_untimed_thinking_goes_before_the_timed_content_on_the_same_schedule() -> None:
+    chunks = ((0.5, "Four "), (0.6, "it "), (0.7, "is."))
+    reply = RecordedReply("Four it is.", thinking="Two plus two.", chunks=chunks)
+    stream = recorded_rule(exchange(reply), at=AT, keep_timing=True)["response"]["stream"]
+    assert stream == {"first_delay_ms": 200, "word_delay_ms": 100}  # 3 thinking chunks first
+
+    compiled = compile_ruleset(
+        stamp="t",
+        rules=[
+            {
+                "name": "r",
+                "response": {
+                    "thinking": "Two plus two.",
+                    "content": "Four it is.",
+                    "stream": stream,
+                },
+            }
+        ],
+    )
+    found = match_inquiry(compiled, QUESTION)
+    assert found is not None
+    replayed = build_reply(compiled, QUESTION, found)
+    texts = [
+        (round(p.at, 3), p.kind, p.text) for p in plan_stream(replayed, Slots(replayed.timing))
+    ]
+    assert [(at, text) for at, kind, text in texts if kind == "text"] == list(chunks)
