@@ -18,6 +18,7 @@ Registered by the app config with the tag ``staticagents`` (``check --tag static
 * ``staticagents.E008``: ``STATIC_AGENTS_API_KEYS``, a list of non-empty strings
 * ``staticagents.E009``: ``STATIC_AGENTS_CONTROL_TOKEN``, a string
 * ``staticagents.E010``: ``STATIC_AGENTS_MATCH_BUDGET_MS``, a whole number, 1 to 60000
+* ``staticagents.E011``: ``STATIC_AGENTS_REDACT_PATTERNS``, a list of regexes that compile
 * ``staticagents.E012``: ``STATIC_AGENTS_VERSIONS_KEEP``, a whole number, at least 1
 * ``staticagents.E013``: ``STATIC_AGENTS_JOURNAL_BACKLOG``, a whole number, at least 0
 * ``staticagents.E020``: ``STATIC_AGENTS_METRICS``, ``"token"`` or ``"open"``
@@ -29,6 +30,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -82,6 +84,17 @@ def is_metrics_access(value: object) -> bool:
     return value in ("token", "open")
 
 
+def is_regex_list(value: object) -> bool:
+    if not isinstance(value, list | tuple) or not is_key_list(value):
+        return False
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error:
+            return False
+    return True
+
+
 def is_key_list(value: object) -> bool:
     if not isinstance(value, list | tuple):
         return False
@@ -105,6 +118,7 @@ LIMITS = (
     Limit("E008", "STATIC_AGENTS_API_KEYS", "a list of non-empty strings", is_key_list),
     Limit("E009", "STATIC_AGENTS_CONTROL_TOKEN", "a string (empty: serve creates one)", is_string),
     Limit("E010", "STATIC_AGENTS_MATCH_BUDGET_MS", "a whole number of ms, 1 to 60000", BUDGET),
+    Limit("E011", "STATIC_AGENTS_REDACT_PATTERNS", "a list of regexes", is_regex_list),
     Limit("E012", "STATIC_AGENTS_VERSIONS_KEEP", "a whole number of versions, >= 1", POSITIVE),
     Limit("E013", "STATIC_AGENTS_JOURNAL_BACKLOG", "a whole number of entries, >= 0", AT_LEAST_0),
     Limit("E020", "STATIC_AGENTS_METRICS", "'token' or 'open'", is_metrics_access),
@@ -113,7 +127,7 @@ LIMITS = (
 
 
 def check_limits(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
-    """Each setting with a type or a range: E001 to E005, E007 to E010, E012, E013, E020."""
+    """Each setting with a type or a range: E001 to E005, E007 to E013, E020."""
     errors: list[CheckMessage] = []
     for code, name, expected, valid in LIMITS:
         value = getattr(settings, name)

@@ -61,6 +61,7 @@ class ServiceSettings:
     STATIC_AGENTS_MAX_BODY_BYTES = Setting[int]()
     STATIC_AGENTS_API_KEYS = Setting[Sequence[str]]()
     STATIC_AGENTS_METRICS = Setting[str]()
+    STATIC_AGENTS_REDACT_PATTERNS = Setting[Sequence[str]]()
     STATIC_AGENTS_MAX_STREAM_SECONDS = Setting[float]()
     STATIC_AGENTS_WORD_DELAY_MS = Setting[int]()
     STATIC_AGENTS_FIRST_DELAY_MS = Setting[int]()

@@ -11,6 +11,7 @@ import hashlib
 import uuid
 import zlib
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, ClassVar
 
 import orjson
@@ -37,6 +38,9 @@ MATCH_KEYS = (
 )
 MATCH_FIELDS = tuple(f"match_{key}" for key in MATCH_KEYS)
 RESPONSE_KEYS = tuple(schema.ResponseSpec.model_fields)
+RECORDED_FIELDS = ("recorded_upstream", "recorded_at", "recorded_reviewed")
+# The rule's own fields its document is made of (``Rule.document_of``).
+DOCUMENT_FIELDS = ("name", "enabled", "on_exhausted", *MATCH_FIELDS, *RECORDED_FIELDS)
 
 
 def raise_for_document(exc: schema.DocumentInvalid, field_prefix: str = "") -> None:
@@ -151,6 +155,14 @@ class Rule(models.Model):
         blank=True,
         help_text="For a sequence of responses",
     )
+    # Set when the rule was recorded from a real model (``staticagents.recording``).
+    recorded_upstream = models.CharField(
+        "recorded from", max_length=200, null=True, blank=True, help_text="The upstream's name"
+    )
+    recorded_at = models.DateTimeField("recorded at", null=True, blank=True)
+    recorded_reviewed = models.BooleanField(
+        "reviewed", default=False, help_text="A curator has checked the recorded reply"
+    )
     updated_at = models.DateTimeField(auto_now=True)
     # The digest of the document the rule was last written from (blank after an edit
     # made field by field): a replace by the same document leaves the rule as it is.
@@ -176,10 +188,14 @@ class Rule(models.Model):
     def fields_from(cls, doc: dict[str, Any]) -> dict[str, Any]:
         match = doc.get("match") or {}
         fields = {f"match_{key}": match[key] for key in MATCH_KEYS if key in match}
+        recorded = doc.get("recorded")
         fields.update(
             name=doc["name"],
             enabled=doc.get("enabled", True),
             on_exhausted=doc.get("on_exhausted"),
+            recorded_upstream=recorded["upstream"] if recorded else None,
+            recorded_at=datetime.fromisoformat(recorded["at"]) if recorded else None,
+            recorded_reviewed=bool(recorded and recorded.get("reviewed")),
             digest=cls.digest_of(doc),
         )
         return fields
@@ -193,7 +209,7 @@ class Rule(models.Model):
         """The rule in fixture form, keys in a stable order."""
         if responses is None:
             responses = [r.document() for r in self.responses.all()]
-        values = {f: getattr(self, f) for f in ("name", "enabled", "on_exhausted", *MATCH_FIELDS)}
+        values = {f: getattr(self, f) for f in DOCUMENT_FIELDS}
         return self.document_of(values, responses)
 
     @classmethod
@@ -215,6 +231,12 @@ class Rule(models.Model):
                 doc["on_exhausted"] = on_exhausted
         else:
             doc["response"] = responses[0] if responses else {}
+        if values["recorded_upstream"] is not None:
+            doc["recorded"] = {
+                "upstream": values["recorded_upstream"],
+                "at": schema.recorded_time(values["recorded_at"]),
+                "reviewed": values["recorded_reviewed"],
+            }
         return doc
 
     def clean(self) -> None:
@@ -387,6 +409,8 @@ class JournalEntry(models.Model):
             "rejected",
             "unknown_route",
             "fault",
+            "proxied",
+            "upstream_error",
         )
     ]
 
@@ -422,6 +446,12 @@ class JournalEntry(models.Model):
         null=True, blank=True, help_text="Why no rule matched, or which rules ran out of time"
     )
     counted = models.BooleanField(default=True, help_text="Cleared when the counters are reset")
+    upstream = models.CharField(
+        max_length=200, blank=True, default="", help_text="The upstream that answered, if any"
+    )
+    upstream_ms = models.FloatField(
+        null=True, blank=True, help_text="The upstream's latency: until its reply (or stream) began"
+    )
 
     class Meta:
         ordering: ClassVar = ["-id"]
@@ -432,6 +462,115 @@ class JournalEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.dialect} {self.outcome}"
+
+
+class Upstream(models.Model):
+    """A real model endpoint (the fixture's ``upstreams``); its key stays in the environment."""
+
+    DIALECTS: ClassVar = [(d, d) for d in schema.UPSTREAM_DIALECTS]
+
+    position = models.PositiveIntegerField(default=0)
+    name = models.SlugField(max_length=200, unique=True)
+    dialect = models.CharField(max_length=20, choices=DIALECTS)
+    base_url = models.CharField(
+        max_length=2000, help_text="http(s); OpenAI's ends in /v1, as the SDK's base_url does"
+    )
+    api_key_env = models.CharField(
+        "API key variable",
+        max_length=200,
+        help_text="The name of the environment variable holding the key (never the key itself)",
+    )
+    model = models.CharField(
+        max_length=200, null=True, blank=True, help_text="Asked for instead of the client's model"
+    )
+    timeout = models.FloatField(default=60.0, help_text="Seconds")
+    headers = models.JSONField(null=True, blank=True, help_text="Extra headers (no credentials)")
+    record_model = models.BooleanField(default=False, help_text="Recorded rules match the model")
+    record_timing = models.BooleanField(default=False, help_text="Recorded rules keep the timing")
+
+    KEYS = (
+        "name",
+        "dialect",
+        "base_url",
+        "api_key_env",
+        "model",
+        "timeout",
+        "headers",
+        "record_model",
+        "record_timing",
+    )
+
+    class Meta:
+        ordering: ClassVar = ["position", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def document(self) -> dict[str, Any]:
+        doc = {key: getattr(self, key) for key in self.KEYS}
+        return {k: v for k, v in doc.items() if v is not None and v is not False}
+
+    def clean(self) -> None:
+        try:
+            schema.validate_part(schema.UpstreamSpec, self.document())
+        except schema.DocumentInvalid as exc:
+            raise_for_document(exc)
+        upstreams = [u.document() for u in Upstream.objects.exclude(pk=self.pk)]
+        check_modes([*upstreams, self.document()], list(AgentMode.objects.all()))
+
+
+class AgentMode(models.Model):
+    """How an agent type is answered (the fixture's ``modes``); a blank agent type is the
+    default for every type not listed."""
+
+    MODES: ClassVar = [(m, m) for m in schema.MODES]
+
+    agent_type = models.CharField(
+        max_length=200, unique=True, blank=True, help_text="Blank: the default for every type"
+    )
+    mode = models.CharField(max_length=20, choices=MODES, default="static")
+    upstream = models.SlugField(
+        max_length=200,
+        null=True,
+        blank=True,
+        help_text="An upstream's name (blank: the default's, else the only one)",
+    )
+
+    class Meta:
+        ordering: ClassVar = ["agent_type"]
+
+    def __str__(self) -> str:
+        return self.agent_type or "(default)"
+
+    @staticmethod
+    def modes_document(rows: list[AgentMode]) -> dict[str, Any]:
+        """The fixture's ``modes`` of these rows."""
+        modes: dict[str, Any] = {}
+        agent_types: dict[str, Any] = {}
+        for row in rows:
+            if not row.agent_type:
+                modes["default"] = row.mode
+                if row.upstream:
+                    modes["upstream"] = row.upstream
+            else:
+                spec = {"mode": row.mode}
+                agent_types[row.agent_type] = spec | (
+                    {"upstream": row.upstream} if row.upstream else {}
+                )
+        if agent_types:
+            modes["agent_types"] = agent_types
+        return modes
+
+    def clean(self) -> None:
+        upstreams = [u.document() for u in Upstream.objects.all()]
+        check_modes(upstreams, [*AgentMode.objects.exclude(pk=self.pk), self])
+
+
+def check_modes(upstreams: list[dict[str, Any]], modes: list[AgentMode]) -> None:
+    """Every mode can tell its upstream (a ValidationError naming each one that cannot)."""
+    problems = schema.mode_problems(upstreams, AgentMode.modes_document(modes))
+    if problems:
+        raise ValidationError([f"{p.path}: {p.message}" for p in problems], code="modes")
 
 
 class ChatExchange(models.Model):

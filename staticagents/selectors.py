@@ -20,8 +20,9 @@ from django.db.models.functions import StrIndex
 from staticagents.core.reach import Shadow, shadowed_rules
 from staticagents.document.diff import EMPTY_DOCUMENT, DocumentDiff, diff_documents
 from staticagents.models import (
-    MATCH_FIELDS,
+    DOCUMENT_FIELDS,
     RESPONSE_KEYS,
+    AgentMode,
     ControlToken,
     Defaults,
     Fallback,
@@ -30,6 +31,7 @@ from staticagents.models import (
     RuleResponse,
     RulesetVersion,
     SessionScript,
+    Upstream,
 )
 
 
@@ -68,7 +70,31 @@ def stored_document() -> dict[str, Any]:
     with one_snapshot():
         defaults, fallback = stored_defaults_and_fallback()
         rules = [rule for _, rule in stored_rules({})]
-    return {"version": 1, "defaults": defaults, "rules": rules, "fallback": fallback}
+        upstreams, modes = stored_upstreams()
+    document = {"version": 1, "defaults": defaults, "rules": rules, "fallback": fallback}
+    if upstreams or modes:
+        document.update(upstreams=upstreams, modes=modes)
+    return document
+
+
+def stored_upstreams() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The upstreams and the agent types' modes, in fixture form."""
+    upstreams = [upstream.document() for upstream in Upstream.objects.all()]
+    modes: dict[str, Any] = {}
+    agent_types: dict[str, Any] = {}
+    for row in AgentMode.objects.all():
+        if not row.agent_type:
+            modes["default"] = row.mode
+            if row.upstream:
+                modes["upstream"] = row.upstream
+        else:
+            spec = {"mode": row.mode}
+            agent_types[row.agent_type] = spec | (
+                {"upstream": row.upstream} if row.upstream else {}
+            )
+    if agent_types:
+        modes["agent_types"] = agent_types
+    return upstreams, modes
 
 
 def stored_defaults_and_fallback() -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -102,8 +128,7 @@ def _rule_documents(pks: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
     rows = RuleResponse.objects.filter(rule_id__in=pks).order_by("position", "id")
     for row in rows.values("rule_id", *RESPONSE_KEYS):
         responses.setdefault(row["rule_id"], []).append(RuleResponse.document_of(row))
-    fields = ("id", "name", "enabled", "on_exhausted", *MATCH_FIELDS)
-    for row in Rule.objects.filter(pk__in=pks).values(*fields):
+    for row in Rule.objects.filter(pk__in=pks).values("id", *DOCUMENT_FIELDS):
         yield row["id"], Rule.document_of(row, responses.get(row["id"], []))
 
 
@@ -227,12 +252,13 @@ def journal_counters(*, session: str | None = None) -> dict[str, Any]:
     entries = JournalEntry.objects.filter(counted=True)
     if session is not None:
         entries = entries.filter(session=session)
-    rows = entries.values("rule", "outcome").annotate(n=Count("id")).order_by()
+    rows = entries.values("rule", "outcome", "upstream").annotate(n=Count("id")).order_by()
     outcomes: Counter[str] = Counter()
     rules: Counter[str] = Counter()
     for row in rows:
         outcomes[row["outcome"]] += row["n"]
-        if row["outcome"] != "unknown_route":  # no rule could answer: not a fallback either
+        # An unknown route, or an upstream's answer: no rule answered, nor the fallback.
+        if row["outcome"] != "unknown_route" and not row["upstream"]:
             rules[row["rule"] or ""] += row["n"]
     fallbacks = rules.pop("", 0)
     return {

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Max, Model, QuerySet
 from django.utils import timezone
@@ -26,6 +26,7 @@ from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.schema import DocumentInvalid, FieldError, name_rules, validate_document
 from staticagents.models import (
+    AgentMode,
     ControlToken,
     Defaults,
     Fallback,
@@ -36,9 +37,15 @@ from staticagents.models import (
     RulesetVersion,
     SessionCounter,
     SessionScript,
+    Upstream,
 )
 from staticagents.replying import live
-from staticagents.selectors import digested_document, rule_shadows, ruleset_version
+from staticagents.selectors import (
+    digested_document,
+    rule_shadows,
+    ruleset_version,
+    stored_upstreams,
+)
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,8 @@ def import_fixture(
 
     Replace (the default) makes the database hold exactly the document; merge
     upserts rules by name, appending new ones, and replaces the defaults and
-    the fallback only when the document gives them.
+    the fallback only when the document gives them. Either way the upstreams and
+    modes are replaced only when the document gives them (``upstreams`` or ``modes``).
     """
     mode = "merge" if merge else "replace"
     count = len(document["rules"])
@@ -229,6 +237,8 @@ def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportRes
     Rule.objects.bulk_update(moved, ["position"], batch_size=500)
     _write_rule_rows(fresh, rewritten)
     extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
+    if "upstreams" in document:  # the environment's upstreams stay unless the document says
+        extras_changed |= _replace_upstreams(document["upstreams"], document["modes"])
     result = ImportResult(
         len(fresh),
         len(rewritten),
@@ -283,6 +293,8 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, list[_RuleRows]]:
         _set_defaults(document["defaults"])
     if document["fallback"] is not None:
         _set_fallback(document["fallback"])
+    if "upstreams" in document:
+        _replace_upstreams(document["upstreams"], document["modes"])
     result = ImportResult(
         created=len(fresh),
         updated=len(existing),
@@ -483,6 +495,88 @@ def _set_fallback(doc: dict[str, Any] | None) -> None:
         Fallback.objects.create(pk=1, **Fallback.fields_from(doc))
 
 
+# -- upstreams and modes ------------------------------------------------------------
+
+
+def set_upstreams(
+    *, upstreams: list[dict[str, Any]], modes: dict[str, Any], by: str = COMMAND
+) -> bool:
+    """Replace the upstreams and modes with validated ones (``schema.validate_upstreams``);
+    whether anything changed."""
+    with transaction.atomic():
+        changed = _replace_upstreams(upstreams, modes)
+        if changed:
+            _bump_version(by=by, what="replaced the upstreams and modes")
+    return changed
+
+
+def save_upstream(*, document: dict[str, Any], by: str = COMMAND) -> Upstream:
+    """Add or change (by name) one validated upstream."""
+    fields = {key: document.get(key) for key in Upstream.KEYS if key != "name"}
+    fields["record_model"] = bool(fields["record_model"])
+    fields["record_timing"] = bool(fields["record_timing"])
+    fields["timeout"] = fields["timeout"] or 60.0
+    with transaction.atomic():
+        upstream = Upstream.objects.filter(name=document["name"]).first()
+        if upstream is None:
+            position = (Upstream.objects.aggregate(Max("position"))["position__max"] or 0) + 1
+            upstream = Upstream(name=document["name"], position=position)
+        for key, value in fields.items():
+            setattr(upstream, key, value)
+        upstream.save()
+        _bump_version(by=by, what=f'saved upstream "{upstream.name}"')
+    return upstream
+
+
+def delete_upstream(*, name: str, by: str = COMMAND) -> None:
+    """Remove an upstream (the caller has checked that no mode needs it)."""
+    with transaction.atomic():
+        Upstream.objects.filter(name=name).delete()
+        _bump_version(by=by, what=f'deleted upstream "{name}"')
+
+
+def save_agent_mode(
+    *, agent_type: str, mode: str, upstream: str | None, by: str = COMMAND
+) -> AgentMode:
+    """Set how ``agent_type`` ("" for the default) is answered."""
+    with transaction.atomic():
+        row, _ = AgentMode.objects.update_or_create(
+            agent_type=agent_type, defaults={"mode": mode, "upstream": upstream or None}
+        )
+        _bump_version(by=by, what=f"set the mode of {agent_type or 'the default'} to {mode}")
+    return row
+
+
+def delete_agent_modes(*, agent_types: Collection[str], by: str = COMMAND) -> int:
+    """Make these agent types follow the default again (or the rules: no default)."""
+    with transaction.atomic():
+        deleted, _ = AgentMode.objects.filter(agent_type__in=list(agent_types)).delete()
+        _bump_version(by=by, what=f"removed the modes of {', '.join(agent_types)}")
+    return deleted
+
+
+def _replace_upstreams(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> bool:
+    """Store the upstreams and modes unless they are stored already; whether they were not."""
+    made = [
+        Upstream(position=i, **{key: doc[key] for key in Upstream.KEYS if key in doc})
+        for i, doc in enumerate(upstreams)
+    ]
+    if stored_upstreams() == ([row.document() for row in made], modes):
+        return False
+    Upstream.objects.all().delete()
+    AgentMode.objects.all().delete()
+    Upstream.objects.bulk_create(made)
+    rows = [
+        AgentMode(agent_type=agent_type, mode=spec["mode"], upstream=spec.get("upstream"))
+        for agent_type, spec in (modes.get("agent_types") or {}).items()
+    ]
+    if "default" in modes or "upstream" in modes:
+        default = modes.get("default", "static")
+        rows.append(AgentMode(agent_type="", mode=default, upstream=modes.get("upstream")))
+    AgentMode.objects.bulk_create(rows)
+    return True
+
+
 # -- single rules (the control API and the admin) -------------------------------------
 
 
@@ -514,6 +608,43 @@ def update_rule(*, name: str, document: dict[str, Any], by: str = COMMAND) -> Ru
         renamed = f' (renamed "{document["name"]}")' if document["name"] != name else ""
         _bump_version(by=by, what=f'changed rule "{name}"{renamed}')
         return _with_responses(document["name"])
+
+
+def record_rule(*, document: dict[str, Any]) -> Rule:
+    """Save a validated recorded rule (``staticagents.recording``): a new one goes where it
+    answers (``auto``); one recorded before gets the new reply in its place, to be reviewed
+    again, unless the reply is the same (then nothing is written)."""
+    try:
+        return _record_rule(document)
+    except (DocumentInvalid, IntegrityError):  # another worker recorded it meanwhile
+        return _record_rule(document)
+
+
+def _record_rule(document: dict[str, Any]) -> Rule:
+    by = f"recording from {document['recorded']['upstream']}"
+    with transaction.atomic():
+        stored = Rule.objects.select_for_update().filter(name=document["name"]).first()
+        if stored is None:
+            return create_rule(document=document, place="auto", by=by)
+        current = _with_responses(stored.name).document()
+        if all(current.get(key) == document.get(key) for key in ("match", "response")):
+            return stored
+        if not stored.enabled:  # a curator's choice the new recording keeps
+            document = {**document, "enabled": False}
+        return update_rule(name=stored.name, document=document, by=by)
+
+
+def accept_recorded_rules(*, names: Collection[str], by: str = COMMAND) -> int:
+    """Mark the named recorded rules reviewed; return how many were waiting for review."""
+    with transaction.atomic():
+        waiting = Rule.objects.filter(
+            name__in=names, recorded_upstream__isnull=False, recorded_reviewed=False
+        )
+        accepted = list(waiting.values_list("name", flat=True))
+        count = waiting.update(recorded_reviewed=True, digest="")
+        if count:
+            _bump_version(by=by, what=_rules_named("accepted recorded", accepted))
+    return count
 
 
 def _with_responses(name: str) -> Rule:

@@ -9,8 +9,10 @@ The same limits hold for values set in Python: ``staticagents.checks``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
@@ -91,6 +93,26 @@ def env_float(name: str, default: float, *, unit: str, above: float) -> float:
 def env_list(name: str, default: str) -> list[str]:
     """A comma-separated variable's items, blanks dropped."""
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_regex_list(name: str) -> list[str]:
+    """A JSON array of regexes (commas are common inside a regex, so not a comma list)."""
+    value = env_typed(name)
+    if value is None:
+        return []
+    expected = 'a JSON array of regexes, e.g. ["ticket-[0-9]+"]'
+    try:
+        patterns = json.loads(value)
+    except ValueError:
+        raise invalid(name, value, expected, "[]") from None
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise invalid(name, value, expected, "[]")
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ImproperlyConfigured(f"{name}: {pattern!r} is not a valid regex: {exc}") from None
+    return patterns
 
 
 def env_url(name: str, default: str, *, schemes: Collection[str]) -> str:
@@ -305,6 +327,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = STATIC_AGENTS_MAX_BODY_BYTES
 STATIC_AGENTS_API_KEYS = env_list("STATIC_AGENTS_API_KEYS", "")
 # Who may read /metrics: "token" (the control token, as the control API) or "open" (anyone).
 STATIC_AGENTS_METRICS = env_str("STATIC_AGENTS_METRICS", "token", choices=("token", "open"))
+# Regexes whose matches a recorded reply never keeps (credentials are masked anyway).
+STATIC_AGENTS_REDACT_PATTERNS = env_regex_list("STATIC_AGENTS_REDACT_PATTERNS")
 STATIC_AGENTS_MAX_STREAM_SECONDS = env_float(
     "STATIC_AGENTS_MAX_STREAM_SECONDS", 120.0, unit="seconds", above=0
 )

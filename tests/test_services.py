@@ -40,6 +40,7 @@ from staticagents.services import (
     delete_rules,
     import_fixture,
     move_rule,
+    record_rule,
     reorder_rules,
     save_rule,
     set_defaults,
@@ -145,6 +146,17 @@ WRITES: dict[str, Callable[[], object]] = {
     "update a rule": lambda: update_rule(
         name="script",
         document=validate_part(RuleSpec, {"responses": [{"content": "a"}, {"content": "b"}]}),
+    ),
+    "record a rule": lambda: record_rule(
+        document=validate_part(
+            RuleSpec,
+            {
+                "name": "real-0123456789ab",
+                "match": {"agent_type": "router", "query": "^hi$", "turn": 1, "tool_result": False},
+                "response": {"content": "Hello"},
+                "recorded": {"upstream": "real", "at": "2026-01-01T10:00:00Z", "reviewed": False},
+            },
+        )
     ),
     "save a new rule with responses": add_rule_as_the_admin_does,
     "save an edited rule with responses": edit_script_in_place,

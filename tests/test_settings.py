@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from staticagents.settings import (
     env_float,
     env_int,
     env_list,
+    env_regex_list,
     env_str,
     env_url,
 )
@@ -123,6 +125,22 @@ def test_a_choice_is_read_in_any_case_and_anything_else_is_an_error(
 def test_a_list_drops_blank_items(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STATIC_AGENTS_API_KEYS", " sk-one, ,sk-two,")
     assert env_list("STATIC_AGENTS_API_KEYS", "") == ["sk-one", "sk-two"]
+
+
+def test_redaction_patterns_are_a_json_array_of_regexes(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "STATIC_AGENTS_REDACT_PATTERNS"
+    assert env_regex_list(name) == []
+    monkeypatch.setenv(name, '["ticket-[0-9]{3,5}", "(?i)internal"]')
+    assert env_regex_list(name) == ["ticket-[0-9]{3,5}", "(?i)internal"]
+    for value, problem in [
+        ("ticket-[0-9]+", "a JSON array of regexes"),
+        ('{"a": 1}', "a JSON array of regexes"),
+        ('[""]', "a JSON array of regexes"),
+        ('["ticket-("]', "'ticket-(' is not a valid regex"),
+    ]:
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ImproperlyConfigured, match=re.escape(problem)):
+            env_regex_list(name)
 
 
 def test_a_database_url_of_another_kind_is_an_error_that_never_shows_the_password(

@@ -24,10 +24,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from staticagents.admin import (
-    history,  # noqa: F401 (registers the history's admin)
+from staticagents.admin import (  # noqa: F401  (registers their admins)
+    history,
     journal,
     trying,
+    upstreams,
 )
 from staticagents.admin import views as admin_views
 from staticagents.admin.errors import ErrorBannerMixin
@@ -45,6 +46,7 @@ from staticagents.forms import (
 from staticagents.models import Defaults, Fallback, Rule, RuleResponse
 from staticagents.selectors import rule_answers, rule_shadows
 from staticagents.services import (
+    accept_recorded_rules,
     delete_rules,
     save_rule,
     set_defaults,
@@ -128,12 +130,39 @@ class RuleResponseInline(ResponseInlineBase):
         return 1 if obj is None or not obj.responses.exists() else 0
 
 
+class RecordedFilter(admin.SimpleListFilter):
+    """Rules recorded from a real model, by whether a curator has reviewed them yet."""
+
+    title = "recorded"
+    parameter_name = "recorded"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("unreviewed", "recorded, not yet reviewed"),
+            ("reviewed", "recorded, reviewed"),
+            ("all", "recorded"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Rule]) -> QuerySet[Rule]:
+        wanted = self.value()
+        if wanted not in ("unreviewed", "reviewed", "all"):
+            return queryset
+        recorded = queryset.filter(recorded_upstream__isnull=False)
+        if wanted == "all":
+            return recorded
+        return recorded.filter(recorded_reviewed=wanted == "reviewed")
+
+
 @admin.register(Rule)
 class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
     inlines = [RuleResponseInline]
     form = RuleForm
     list_display_links = ["name"]
-    list_filter = [("match_agent_type", admin.AllValuesFieldListFilter), "enabled"]
+    list_filter = [
+        ("match_agent_type", admin.AllValuesFieldListFilter),
+        "enabled",
+        RecordedFilter,
+    ]
     search_fields = [
         "name",
         "match_agent_type",
@@ -147,7 +176,8 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
     # The list always shows the rules in the order they are tried.
     sortable_by = ()
     list_per_page = 200
-    actions = ["enable_rules", "disable_rules"]
+    actions = ["enable_rules", "disable_rules", "accept_recorded"]
+    readonly_fields = ["recorded_upstream", "recorded_at"]
     formfield_overrides = BLANK_IS_ABSENT
     fieldsets = [
         (None, {"fields": ["name", "enabled"]}),
@@ -178,6 +208,9 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
             fieldsets.append((None, {"fields": ["seen"], "classes": ["hidden"]}))
         if obj is None:
             fieldsets.append(("Place", {"fields": ["place"]}))
+        elif obj.recorded_upstream is not None:
+            fields = ("recorded_upstream", "recorded_at", "recorded_reviewed")
+            fieldsets.insert(1, ("Recorded from a real model", {"fields": fields}))
         return fieldsets
 
     def get_form(
@@ -367,6 +400,12 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
     def disable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
         self._set_enabled(request, queryset, enabled=False)
 
+    @admin.action(description="Accept recorded rules", permissions=["change"])
+    def accept_recorded(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        count = accept_recorded_rules(names=names, by=admin_views.curator(request))
+        self.message_user(request, f"{count} recorded rule(s) accepted.", messages.SUCCESS)
+
     def _set_enabled(
         self, request: HttpRequest, queryset: QuerySet[Rule], *, enabled: bool
     ) -> None:
@@ -410,6 +449,20 @@ class RuleListPage:
             )
         if not rule.enabled:
             parts.append(format_html('<span class="rule-disabled">{}</span>', "disabled"))
+        if rule.recorded_upstream is not None:
+            review = "reviewed" if rule.recorded_reviewed else "not yet reviewed"
+            parts.append(
+                format_html(
+                    '<span class="rule-recorded" title="recorded from {} at {}, {}">'
+                    "recorded{}</span>",
+                    rule.recorded_upstream,
+                    date_format(localtime(rule.recorded_at), "M j, H:i")
+                    if rule.recorded_at
+                    else "",
+                    review,
+                    "" if rule.recorded_reviewed else " · to review",
+                )
+            )
         return format_html_join(" ", "{}", ((part,) for part in parts))
 
 

@@ -8,7 +8,6 @@ shows only stored columns (no per-row query) and counts no more than a page.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +23,7 @@ from django.utils.safestring import SafeString
 
 from staticagents.admin import trying
 from staticagents.core.inquiry import Inquiry
+from staticagents.core.literals import anchored_literal
 from staticagents.dialects.anthropic.wire import parse_messages_request
 from staticagents.dialects.llm.wire import Conversation, InvalidRequest
 from staticagents.dialects.openai.wire import parse_chat_request
@@ -187,6 +187,9 @@ class JournalEntryAdmin(JournalAdminBase):
 
     @admin.display(description="answered by")
     def answered_by(self, entry: JournalEntry) -> SafeString | str:
+        if entry.upstream:
+            latency = f", {entry.upstream_ms:.0f} ms" if entry.upstream_ms is not None else ""
+            return f"upstream {entry.upstream}{latency}"
         if entry.rule is None:
             return "the fallback" if entry.outcome == "answered" else "-"
         url = trying.change_urls([entry.rule]).get(entry.rule)
@@ -282,11 +285,6 @@ def new_rule_url(entry: JournalEntry) -> str:
     if dialect_mattered(entry):
         values["match_dialect"] = entry.dialect
     return f"{reverse('admin:staticagents_rule_add')}?{urlencode(values)}"
-
-
-def anchored_literal(text: str) -> str:
-    # re.escape escapes spaces too (for verbose patterns); the rule's regex is not one.
-    return "^" + re.escape(text).replace("\\ ", " ") + "$"
 
 
 def dialect_mattered(entry: JournalEntry) -> bool:

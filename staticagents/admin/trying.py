@@ -95,6 +95,7 @@ class Trial:
     refused: list[RuleVerdict]  # every earlier rule, with the predicate that failed
     reply: Reply
     scripted: int  # how many responses the answering rule scripts
+    routing: str | None = None  # how an agent type an upstream answers is answered
 
     @property
     def content_html(self) -> SafeString:
@@ -117,6 +118,9 @@ def try_inquiry(inquiry: Inquiry) -> Trial:
         refused=[verdict for verdict in verdicts if not verdict.matched],
         reply=build_reply(ruleset, inquiry, rule, Step()),
         scripted=len(rule.responses) if rule is not None else 0,
+        routing=ruleset.routing.describe(inquiry.agent_type)
+        if ruleset.routing.target(inquiry.agent_type) is not None
+        else None,
     )
 
 

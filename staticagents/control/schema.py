@@ -82,7 +82,17 @@ def control_operation(
 CONTROL = "staticagents.control.views."
 describe(
     CONTROL + "RulesView",
-    get=control_operation(RULES),
+    get=control_operation(
+        RULES,
+        parameters=[
+            OpenApiParameter(
+                "recorded",
+                {"type": "string", "enum": list(control.RECORDED_FILTERS)},
+                description="only the rules recorded from a real model: not yet reviewed, "
+                "reviewed, or all of them",
+            )
+        ],
+    ),
     post=control_operation(
         OBJECT,
         201,
@@ -233,9 +243,24 @@ describe(
 describe(
     CONTROL + "ExplainView",
     post=control_operation(
-        obj({"rule": nullable(STRING), "fallback": BOOLEAN, "verdicts": array(OBJECT)}),
+        obj(
+            {
+                "rule": nullable(STRING),
+                "fallback": BOOLEAN,
+                "mode": STRING,
+                "upstream": nullable(STRING),
+                "routing": STRING,
+                "verdicts": array(OBJECT),
+            }
+        ),
         request=control.ExplainView.InputSerializer,
     ),
+)
+UPSTREAMS = obj({"upstreams": array(OBJECT), "modes": OBJECT})
+describe(
+    CONTROL + "UpstreamsView",
+    get=control_operation(UPSTREAMS),
+    put=control_operation(UPSTREAMS, request={"application/json": UPSTREAMS}),
 )
 
 

@@ -12,6 +12,7 @@ urlpatterns: list[URLPattern] = [
     re_path(r"^rules/reorder/?$", control.ReorderRulesView.as_view(), name="control-reorder"),
     re_path(r"^rules/(?P<name>[-a-zA-Z0-9_]+)/?$", control.RuleView.as_view(), name="control-rule"),
     re_path(r"^defaults/?$", control.DefaultsView.as_view(), name="control-defaults"),
+    re_path(r"^upstreams/?$", control.UpstreamsView.as_view(), name="control-upstreams"),
     re_path(r"^fixture/?$", control.FixtureView.as_view(), name="control-fixture"),
     re_path(r"^versions/?$", control.VersionsView.as_view(), name="control-versions"),
     re_path(

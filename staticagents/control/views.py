@@ -28,7 +28,7 @@ from rest_framework.authentication import (
     SessionAuthentication,
     get_authorization_header,
 )
-from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError
+from rest_framework.exceptions import AuthenticationFailed, NotFound, ParseError, PermissionDenied
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
@@ -69,6 +69,7 @@ from staticagents.selectors import (
     stored_control_token_digest,
     stored_document,
     stored_rule,
+    stored_upstreams,
     version_changes,
 )
 from staticagents.services import (
@@ -83,6 +84,7 @@ from staticagents.services import (
     reset_session,
     restore_version,
     set_defaults,
+    set_upstreams,
     update_rule,
 )
 
@@ -254,7 +256,17 @@ class RulesView(ControlView):
     needs = {"GET": ("view_rule",), "POST": ("add_rule",)}
 
     def get(self, request: Request) -> Response:
-        return Response({"rules": stored_document()["rules"]})
+        reject_unknown_params(request, {"recorded"})
+        rules = stored_document()["rules"]
+        recorded = request.query_params.get("recorded")
+        if recorded is not None:
+            if recorded not in RECORDED_FILTERS:
+                detail = f"one of {', '.join(RECORDED_FILTERS)}"
+                raise serializers.ValidationError(
+                    {"recorded": serializers.ErrorDetail(detail, "invalid")}
+                )
+            rules = [rule for rule in rules if _recorded_as(rule, recorded)]
+        return Response({"rules": rules})
 
     def post(self, request: Request) -> Response:
         reject_unknown_params(request, {"place"})
@@ -262,6 +274,17 @@ class RulesView(ControlView):
         rule = create_rule(document=rule_document(request.data), place=place, by=writer(request))
         headers = {"Location": f"{request.path.rstrip('/')}/{rule.name}"}
         return Response(rule.document(), status=201, headers=headers)
+
+
+RECORDED_FILTERS = ("unreviewed", "reviewed", "all")
+
+
+def _recorded_as(rule: dict[str, Any], wanted: str) -> bool:
+    """Whether ``rule`` was recorded from a real model and is ``wanted`` (``RECORDED_FILTERS``)."""
+    recorded = rule.get("recorded")
+    if recorded is None:
+        return False
+    return wanted == "all" or recorded["reviewed"] == (wanted == "reviewed")
 
 
 class RuleView(ControlView):
@@ -369,6 +392,8 @@ class FixtureView(ControlView):
         if result is None:
             with background_work():
                 document = load_fixture(body, source="request body")
+                if "upstreams" in document:
+                    require(request, UpstreamsView.needs["PUT"], "a fixture that sets upstreams")
                 with transaction.atomic():  # the stamp remembered is the one this replace left
                     if replacing:
                         last_replace.lock_stamp()
@@ -559,6 +584,39 @@ class VersionRestoreView(ControlView):
         return Response({"restored": version.number, "version": made})
 
 
+def require(request: Request, needed: tuple[str, ...], what: str) -> None:
+    """A staff user without the permissions ``needed`` may not do ``what`` (403)."""
+    user = request.user
+    if isinstance(user, ControlClient):
+        return
+    if not user.has_perms([f"staticagents.{codename}" for codename in needed]):
+        raise PermissionDenied(f"{what} needs the permission(s) {', '.join(needed)}")
+
+
+# -- upstreams and modes ------------------------------------------------------------
+
+
+class UpstreamsView(ControlView):
+    """The fixture's ``upstreams`` and ``modes``: ``GET``, ``PUT`` (replace both).
+
+    Only the name of each key's environment variable travels here, never a key.
+    """
+
+    needs = {
+        "GET": ("view_upstream",),
+        "PUT": ("add_upstream", "change_upstream", "delete_upstream"),
+    }
+
+    def get(self, request: Request) -> Response:
+        upstreams, modes = stored_upstreams()
+        return Response({"upstreams": upstreams, "modes": modes})
+
+    def put(self, request: Request) -> Response:
+        upstreams, modes = schema.validate_upstreams(request.data)
+        set_upstreams(upstreams=upstreams, modes=modes, by=writer(request))
+        return self.get(request)
+
+
 # -- journal, sessions, counters ----------------------------------------------------
 
 
@@ -676,6 +734,8 @@ class JournalView(ControlView):
         "status",
         "duration_ms",
         "diagnosis",
+        "upstream",
+        "upstream_ms",
     )
     CREATED_AT = serializers.DateTimeField()
 
@@ -792,12 +852,18 @@ class ExplainView(ControlView):
             raise serializers.ValidationError("an inquiry must be a JSON object")
         given = self.InputSerializer(data=request.data)
         given.is_valid(raise_exception=True)
-        verdicts = explain_inquiry(active_ruleset(), Inquiry(**given.validated_data))
+        ruleset = active_ruleset()
+        inquiry = Inquiry(**given.validated_data)
+        verdicts = explain_inquiry(ruleset, inquiry)
         answering = verdicts[-1].rule if verdicts and verdicts[-1].matched else None
+        target = ruleset.routing.target(inquiry.agent_type)
         return Response(
             {
                 "rule": answering,
                 "fallback": answering is None,
+                "mode": ruleset.routing.mode(inquiry.agent_type),
+                "upstream": target.upstream.name if target is not None else None,
+                "routing": ruleset.routing.describe(inquiry.agent_type),
                 "verdicts": [verdict.as_dict() for verdict in verdicts],
             }
         )

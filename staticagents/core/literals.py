@@ -68,3 +68,14 @@ def _runs(items: Any) -> Any:
                 yield from _runs(body)
     if run:
         yield "".join(run)
+
+
+def escaped(text: str) -> str:
+    """``text`` as a regex that matches it literally."""
+    # re.escape escapes spaces too (for verbose patterns); the rules' regexes are not.
+    return re.escape(text).replace("\\ ", " ")
+
+
+def anchored_literal(text: str) -> str:
+    """A regex that ``re.search`` finds in ``text`` (give or take a final newline) alone."""
+    return f"^{escaped(text)}$"

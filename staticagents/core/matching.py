@@ -28,6 +28,7 @@ from staticagents.core.regexes import (
     MatchTimeout,
     Searcher,
 )
+from staticagents.core.routing import STATIC_ROUTING, Routing
 
 # Regexes run on at most this many characters of any text, so no inquiry can make
 # a rule's pattern take unbounded time (issue: hostile input).
@@ -136,6 +137,8 @@ class Ruleset:
     # Which texts take the timed engine: any (a pattern RE2 cannot run), non-ASCII ones
     # (a Unicode \b), or only those with a lone surrogate (any regex).
     timed_texts: str = "none"  # "any", "non-ascii", "surrogates", "none"
+    # Which agent types an upstream answers instead of the rules (``core.routing``).
+    routing: Routing = STATIC_ROUTING
 
     def deadline(self, inquiry: Inquiry | None = None) -> Deadline:
         """The deadline for matching ``inquiry``: a fresh one, or (when no timed search can
@@ -197,7 +200,10 @@ class Ruleset:
 
     @property
     def agent_types(self) -> list[str]:
-        return sorted(self.groups)
+        """The agent types a rule names, or a mode."""
+        if not self.routing.agent_types:
+            return sorted(self.groups)
+        return sorted({*self.groups, *self.routing.agent_types})
 
 
 class RuleCompiler:

@@ -11,7 +11,9 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar, get_args
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from staticagents.core.backtracking import backtracking_problem
 from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDOW
+from staticagents.core.inquiry import is_credential_name
 from staticagents.core.regexes import MAX_EXPANDED, expanded_size
 from staticagents.core.storable import HugeNumber, storable_problems
 
@@ -291,6 +294,37 @@ class MatchSpec(Strict):
         raise ValueError("must be true, false or a regex on the tool result's text")
 
 
+def recorded_time(value: Any) -> str:
+    """When a rule was recorded, as stored and exported: ISO 8601 in UTC, to the second."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"must be an ISO 8601 time such as 2026-01-31T09:30:00Z (got {_show(value)})"
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValueError(f"must be an ISO 8601 time (got {type(value).__name__})")
+    if value.tzinfo is None:
+        raise ValueError("must give its time zone (e.g. a final Z for UTC)")
+    at = value.astimezone(UTC).replace(microsecond=0, tzinfo=None)
+    return f"{at.isoformat()}Z"
+
+
+class RecordedSpec(Strict):
+    """Where a recorded rule came from (``staticagents.recording``), and whether a curator
+    has reviewed it since."""
+
+    upstream: str = Field(min_length=1, max_length=200)
+    at: Any
+    reviewed: bool = False
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, value: Any) -> str:
+        return recorded_time(value)
+
+
 class RuleSpec(Strict):
     name: Slug | None = None
     enabled: bool | None = None
@@ -298,6 +332,7 @@ class RuleSpec(Strict):
     response: ResponseSpec | None = None
     responses: list[ResponseSpec] | None = Field(default=None, min_length=1)
     on_exhausted: Literal["repeat_last", "error"] | None = None
+    recorded: RecordedSpec | None = None
 
     @model_validator(mode="after")
     def _one_response(self) -> RuleSpec:
@@ -314,11 +349,136 @@ class DefaultsSpec(Strict):
     chaos: ChaosSpec | None = None  # for every rule's response without error, fault or chaos
 
 
+# -- real models beside static ones ---------------------------------------------------
+
+Mode = Literal["static", "proxy", "record", "record_on_miss"]
+MODES: tuple[str, ...] = get_args(Mode)
+UPSTREAM_DIALECTS = ("openai", "anthropic")
+# An environment variable's name as shells write them; a key (mixed case, dashes) is none.
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+UPSTREAM_TIMEOUT_MAX = 600.0
+
+
+def check_base_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not hold credentials: name the key's variable in api_key_env")
+    return url
+
+
+def check_env_name(name: str) -> str:
+    if not ENV_NAME.match(name):
+        raise ValueError(
+            "must name the environment variable that holds the key (upper case, digits and "
+            "'_', e.g. OPENAI_API_KEY), never the key itself"
+        )
+    return name
+
+
+def check_extra_headers(headers: dict[str, str]) -> dict[str, str]:
+    for name in headers:
+        if not name or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+            raise ValueError(f"{name!r} is not a header name")
+        if is_credential_name(name):
+            raise ValueError(
+                f"header {name!r} would carry a credential: the key comes from api_key_env only"
+            )
+    return headers
+
+
+class UpstreamSpec(Strict):
+    """A real model endpoint that proxied agent types are sent to (its key stays in the
+    environment: ``api_key_env`` names the variable)."""
+
+    name: Slug
+    dialect: Literal["openai", "anthropic"]
+    base_url: Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(check_base_url)]
+    api_key_env: Annotated[str, Field(max_length=200), AfterValidator(check_env_name)]
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    timeout: float = Field(default=60.0, gt=0, le=UPSTREAM_TIMEOUT_MAX, allow_inf_nan=False)
+    headers: Annotated[dict[str, str], AfterValidator(check_extra_headers)] | None = None
+    record_model: bool | None = None
+    record_timing: bool | None = None
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+
+class AgentModeSpec(Strict):
+    mode: Mode
+    upstream: Slug | None = None
+
+
+class ModesSpec(Strict):
+    """Which agent types answer from rules and which from an upstream. ``upstream`` is the
+    default's (absent: the only upstream defined)."""
+
+    default: Mode | None = None
+    upstream: Slug | None = None
+    agent_types: dict[Annotated[str, Field(min_length=1, max_length=200)], AgentModeSpec] | None = (
+        None
+    )
+
+
+def mode_problems(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> list[FieldError]:
+    """The modes' references that name no upstream, or need one and cannot tell which."""
+    names = [upstream["name"] for upstream in upstreams]
+    problems = [
+        FieldError(f"upstreams[{i}].name", f"duplicate upstream name {name!r}", "duplicate")
+        for i, name in enumerate(names)
+        if name in names[:i]
+    ]
+    known = ", ".join(repr(n) for n in names) or "none is defined"
+
+    def check(mode_path: str, upstream_path: str, mode: str | None, upstream: str | None) -> None:
+        if upstream is not None and upstream not in names:
+            message = f"unknown upstream {upstream!r} ({known})"
+            problems.append(FieldError(upstream_path, message))
+        elif mode not in (None, "static") and upstream is None and len(names) != 1:
+            message = f"mode {mode!r} needs an upstream: name one ({known})"
+            problems.append(FieldError(mode_path, message, "required"))
+
+    default_upstream = modes.get("upstream")
+    check("modes.default", "modes.upstream", modes.get("default"), default_upstream)
+    for agent_type, spec in (modes.get("agent_types") or {}).items():
+        path = f"modes.agent_types.{agent_type}"
+        given = spec.get("upstream")
+        upstream_path = f"{path}.upstream" if given else "modes.upstream"
+        check(f"{path}.mode", upstream_path, spec["mode"], given or default_upstream)
+    return problems
+
+
+def validate_upstreams(data: Any, prefix: str = "") -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``{upstreams, modes}`` (the control API's body) validated; raises DocumentInvalid."""
+    if not isinstance(data, Mapping):
+        raise DocumentInvalid([FieldError(prefix, "must be a mapping", "type")])
+    spec = _validated(UpstreamsSpec, data, prefix)
+    upstreams = [upstream.document() for upstream in spec.upstreams or []]
+    modes = spec.modes.document() if spec.modes else {}
+    problems = mode_problems(upstreams, modes)
+    if problems:
+        raise DocumentInvalid(problems)
+    return upstreams, modes
+
+
+class UpstreamsSpec(Strict):
+    upstreams: list[UpstreamSpec] | None = None
+    modes: ModesSpec | None = None
+
+
 class DocumentSpec(Strict):
     version: Literal[1] | None = None
     defaults: DefaultsSpec | None = None
     rules: list[RuleSpec] | None = None
     fallback: ResponseSpec | None = None
+    upstreams: list[UpstreamSpec] | None = None
+    modes: ModesSpec | None = None
 
     @model_validator(mode="after")
     def _chaos_in_rules_only(self) -> DocumentSpec:
@@ -336,7 +496,7 @@ def validate_document(data: Any) -> dict[str, Any]:
     """Validate a parsed fixture; return its normalized form or raise DocumentInvalid.
 
     The normalized form always has ``version``, ``defaults``, ``rules`` (every
-    rule named) and ``fallback`` (None when absent).
+    rule named) and ``fallback`` (None when absent); ``upstreams`` and ``modes`` when given.
     """
     if not isinstance(data, Mapping):
         kind = type(data).__name__ if data is not None else "an empty document"
@@ -350,12 +510,19 @@ def validate_document(data: Any) -> dict[str, Any]:
         # Freed one by one: the whole tree at once holds the GIL (0.2 s at 45,000 rules).
         specs[index] = None  # type: ignore[call-overload]
     name_rules(rules)
-    return {
+    document: dict[str, Any] = {
         "version": 1,
         "defaults": spec.defaults.document() if spec.defaults else {},
         "rules": rules,
         "fallback": spec.fallback.document() if spec.fallback else None,
     }
+    if spec.upstreams is not None or spec.modes is not None:
+        document["upstreams"] = [upstream.document() for upstream in spec.upstreams or []]
+        document["modes"] = spec.modes.document() if spec.modes else {}
+        problems = mode_problems(document["upstreams"], document["modes"])
+        if problems:
+            raise DocumentInvalid(problems)
+    return document
 
 
 def validate_part(model: type[Strict], data: Any, prefix: str = "") -> dict[str, Any]:

@@ -30,10 +30,13 @@ from staticagents.core.matching import (
 )
 from staticagents.core.regexes import Deadline
 from staticagents.core.replies import Reply, Step, build_reply
+from staticagents.core.routing import RECORD_ON_MISS, Target
 from staticagents.core.values import value_class
 from staticagents.models import SessionCounter
+from staticagents.proxying.record import arecord, record
 from staticagents.replying.database import ConnectionThreads, connect_sqlite, sqlite_file
 from staticagents.replying.journal import journal
+from staticagents.replying.proxied import Proxied, aproxied_reply, proxied_reply
 from staticagents.replying.snapshot import active_ruleset, current_ruleset
 
 SEQUENCE_KEY = "seq"
@@ -52,8 +55,13 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     """Decide the reply to ``inquiry`` and record it in the journal (synchronous callers)."""
     started = time.perf_counter()
     ruleset = active_ruleset()
+    target = proxy_target(ruleset, inquiry)
+    if target is not None and target.mode != RECORD_ON_MISS:
+        return _proxy(inquiry, target, route=route, body=body, started=started)
     deadline = ruleset.deadline(inquiry)
     rule = match_inquiry(ruleset, inquiry, deadline)
+    if target is not None and rule is None:
+        return _proxy(inquiry, target, route=route, body=body, started=started)
     step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
     reply = build_reply(ruleset, inquiry, rule, step)
     if not settings.STATIC_AGENTS_JOURNAL:
@@ -81,11 +89,13 @@ async def aanswer_inquiry(
     started = time.perf_counter()
     if ruleset is None:
         ruleset = await current_ruleset()
+    target = proxy_target(ruleset, inquiry)
+    if target is not None and target.mode != RECORD_ON_MISS:
+        return await _aproxy(inquiry, target, route=route, body=body, started=started)
     deadline = ruleset.deadline(inquiry)
-    if deadline is not NO_TIMED_SEARCH:  # a timed search must not hold the event loop
-        rule = await asyncio.to_thread(match_inquiry, ruleset, inquiry, deadline)
-    else:
-        rule = match_inquiry(ruleset, inquiry, deadline)
+    rule = await amatch(ruleset, inquiry, deadline)
+    if target is not None and rule is None:
+        return await _aproxy(inquiry, target, route=route, body=body, started=started)
     step = Step()
     if rule is not None and rule.stateful:
         advanced = loop_counters.advance(rule, inquiry) if _plain_sequence(rule) else None
@@ -100,6 +110,101 @@ async def aanswer_inquiry(
         inquiry, reply, ruleset, route=route, body=body, started=started, deadline=deadline
     )
     return Answer(reply, await journal.record(entry))
+
+
+async def amatch(ruleset: Ruleset, inquiry: Inquiry, deadline: Deadline) -> CompiledRule | None:
+    """``match_inquiry`` on the event loop (a timed search in a thread)."""
+    if deadline is not NO_TIMED_SEARCH:  # a timed search must not hold the event loop
+        return await asyncio.to_thread(match_inquiry, ruleset, inquiry, deadline)
+    return match_inquiry(ruleset, inquiry, deadline)
+
+
+# -- proxied agent types ----------------------------------------------------------------
+
+
+def proxy_target(ruleset: Ruleset, inquiry: Inquiry) -> Target | None:
+    """The upstream that answers ``inquiry`` instead of (or, for record_on_miss, after) the
+    rules; None when its agent type is static. Embeddings are always the service's own."""
+    if inquiry.dialect == "embeddings":
+        return None
+    return ruleset.routing.target(inquiry.agent_type)
+
+
+def _proxy(
+    inquiry: Inquiry, target: Target, *, route: str, body: bytes | str, started: float
+) -> Answer:
+    proxied = proxied_reply(inquiry, target)
+    if proxied.relayed is not None and target.records:
+        record(target.upstream, inquiry, proxied.relayed)
+    if not settings.STATIC_AGENTS_JOURNAL:
+        return Answer(proxied.reply, None)
+    entry = proxy_entry(inquiry, proxied, target, route=route, body=body, started=started)
+    return Answer(proxied.reply, journal.record_now(entry))
+
+
+async def _aproxy(
+    inquiry: Inquiry, target: Target, *, route: str, body: bytes | str, started: float
+) -> Answer:
+    proxied = await aproxied_reply(inquiry, target)
+    # Recorded before the reply is sent: a replay right after it finds the rule.
+    if proxied.relayed is not None and target.records:
+        await arecord(target.upstream, inquiry, proxied.relayed)
+    if not settings.STATIC_AGENTS_JOURNAL:
+        return Answer(proxied.reply, None)
+    entry = proxy_entry(inquiry, proxied, target, route=route, body=body, started=started)
+    return Answer(proxied.reply, await journal.record(entry))
+
+
+def proxy_entry(
+    inquiry: Inquiry,
+    proxied: Proxied,
+    target: Target,
+    *,
+    route: str,
+    body: bytes | str,
+    started: float,
+) -> dict[str, Any]:
+    """The journal row of an inquiry an upstream answered (or failed)."""
+    return upstream_entry(
+        inquiry,
+        upstream=target.upstream.name,
+        outcome=proxied.reply.outcome,
+        status=proxied.reply.error.status if proxied.reply.error else 200,
+        latency=proxied.latency,
+        route=route,
+        body=body,
+        started=started,
+    )
+
+
+def upstream_entry(
+    inquiry: Inquiry,
+    *,
+    upstream: str,
+    outcome: str,
+    status: int,
+    latency: float,
+    route: str,
+    body: bytes | str,
+    started: float,
+) -> dict[str, Any]:
+    """The journal row of a proxied request; credentials are masked."""
+    return dict(
+        dialect=inquiry.dialect,
+        route=route[:300],
+        session=inquiry.session,
+        agent_type=inquiry.agent_type[:200],
+        model=inquiry.model[:200],
+        query=inquiry.query,
+        body=body,
+        headers=mask_headers(inquiry.headers),
+        rule=None,
+        outcome=outcome,
+        status=status,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        upstream=upstream,
+        upstream_ms=latency * 1000,
+    )
 
 
 def next_step(rule: CompiledRule, inquiry: Inquiry) -> Step:

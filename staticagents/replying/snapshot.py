@@ -46,6 +46,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from staticagents.conf import settings
 from staticagents.core.matching import RuleCompiler, Ruleset, compile_ruleset, compile_scripts
+from staticagents.core.routing import compile_routing
 from staticagents.models import RulesetState
 from staticagents.replying.background import background_work
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
@@ -54,6 +55,7 @@ from staticagents.selectors import (
     stored_defaults_and_fallback,
     stored_rules,
     stored_scripts,
+    stored_upstreams,
 )
 
 # Raw SQL: it runs on every request, and the ORM would cost it ten times over.
@@ -193,13 +195,14 @@ def build_ruleset(
             return replace(previous, stamp=stamp, scripts=scripts)
         rules = stored_rules({**_documents[1], **_documents[0]}, sizing)
         stored_defaults, fallback = stored_defaults_and_fallback()
+        upstreams, modes = stored_upstreams()
     stale = _documents[1]
     _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])
     while stale:  # freed one by one, as the compiler frees its stale rules
         stale.popitem()
     defaults = dict(stored_defaults)
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
-    return compile_ruleset(
+    ruleset = compile_ruleset(
         stamp=stamp,
         rules=[rule for _, rule in rules],
         defaults=defaults,
@@ -209,6 +212,7 @@ def build_ruleset(
         compiler=compiler,
         budget=settings.STATIC_AGENTS_MATCH_BUDGET_MS / 1000,
     )
+    return replace(ruleset, routing=compile_routing(upstreams, modes))
 
 
 def _rules_part(stamp: str) -> str:

@@ -297,6 +297,11 @@ class ReplyRoute:
         )
         await self._send({"type": "http.response.body", "body": body})
 
+    async def send_start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """Start a response whose body follows in pieces (``send_chunk``, ``end_stream``)."""
+        self.headers_sent = True
+        await self._send({"type": "http.response.start", "status": status, "headers": [*headers]})
+
     async def start_sse(
         self, headers: Iterable[tuple[bytes, bytes]] = (), *, watch: bool = True
     ) -> None:

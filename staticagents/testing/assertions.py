@@ -15,29 +15,14 @@ OpenAI Chat Completions, OpenAI Responses, Anthropic Messages, Gemini
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from staticagents.core.credentials import credentials_in
 from staticagents.testing.client import RecordedRequest, StaticAgentsClient
 
 Requests = StaticAgentsClient | Iterable[RecordedRequest]
-
-# Credentials as their issuers shape them, most specific first (an Anthropic key also
-# looks like an OpenAI one).
-CREDENTIAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}")),
-    ("an OpenAI API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,})")),
-    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("a bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}")),
-    ("a JSON Web Token", re.compile(r"\beyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]{8,}")),
-    ("a private key", re.compile(r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----")),
-    ("a password in a URL", re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@\"']+:[^/\s@\"']+@")),
-)
 
 
 @dataclass(frozen=True)
@@ -77,13 +62,8 @@ def _credentials_in(body: Any, secrets: Sequence[str]) -> Iterator[Finding]:
         for number, secret in enumerate(secrets, start=1):
             if secret in value:
                 yield Finding(where, f"secret #{number} given to the check ({_masked(secret)})")
-        taken: list[range] = []  # an Anthropic key must not be reported again as OpenAI's
-        for what, pattern in CREDENTIAL_PATTERNS:
-            for match in pattern.finditer(value):
-                if any(match.start() in span for span in taken):
-                    continue
-                taken.append(range(match.start(), match.end()))
-                yield Finding(where, f"{what} {_masked(match.group(0))}")
+        for what, match in credentials_in(value):
+            yield Finding(where, f"{what} {_masked(match.group(0))}")
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:

@@ -197,6 +197,8 @@ class RecordedRequest:
     status: int
     duration_ms: float
     diagnosis: Any = None
+    upstream: str = ""  # the upstream that answered (outcome proxied or upstream_error)
+    upstream_ms: float | None = None  # its latency
     method: str = ""  # unknown routes only (outcome "unknown_route")
 
     @property
@@ -236,6 +238,8 @@ class RecordedRequest:
             status=int(data.get("status") or 0),
             duration_ms=float(data.get("duration_ms") or 0),
             diagnosis=data.get("diagnosis"),
+            upstream=str(data.get("upstream") or ""),
+            upstream_ms=data.get("upstream_ms"),
             method=str(data.get("method") or ""),
         )
 
@@ -311,6 +315,9 @@ class Explanation:
     rule: str | None
     fallback: bool
     verdicts: tuple[Verdict, ...]
+    mode: str = "static"  # how the agent type is answered: static, proxy, record, record_on_miss
+    upstream: str | None = None  # the upstream that answers it, when not static
+    routing: str = ""  # "agent type 'x' is proxied to upstream 'y'"
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Explanation:
@@ -323,7 +330,14 @@ class Explanation:
             )
             for v in data.get("verdicts") or ()
         )
-        return cls(rule=data.get("rule"), fallback=bool(data.get("fallback")), verdicts=verdicts)
+        return cls(
+            rule=data.get("rule"),
+            fallback=bool(data.get("fallback")),
+            verdicts=verdicts,
+            mode=str(data.get("mode") or "static"),
+            upstream=data.get("upstream"),
+            routing=str(data.get("routing") or ""),
+        )
 
 
 # -- scripted replies -------------------------------------------------------------------

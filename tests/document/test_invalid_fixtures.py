@@ -77,6 +77,13 @@ EXPECTED: dict[str, tuple[str, int | None]] = {
     "duplicate-key-rules.yml": ("rules: duplicate key 'rules' (first at line 1)", 4),
     "duplicate-key.json": ("rules[0].match: duplicate key 'match' (first at line 3)", 4),
     "tab-indent.yml": ("a tab character at column 1", 3),
+    # a recorded rule's tag: a time with its zone, known keys only
+    "recorded-time-without-zone.yml": ("rules[0].recorded.at: must give its time zone", 6),
+    "unknown-key-recorded.yml": ("rules[0].recorded.reviewd: unknown key", 7),
+    # upstreams: a key only by its variable's name, http(s) only, modes naming real upstreams
+    "upstream-literal-key.yml": ("upstreams[0].api_key_env: must name the environment", 6),
+    "upstream-not-http.yml": ("upstreams[0].base_url: must be an http:// or https://", 4),
+    "mode-unknown-upstream.yml": ("modes.agent_types.coder.upstream: unknown upstream 'reel'", 10),
 }
 
 

@@ -30,6 +30,8 @@ class MessagesRoute(ModelReplyRoute):
     async def respond(self, body: bytes) -> None:
         self.require_method("POST")
         conversation = self.parse(anthropic.parse_messages_request, body)
+        if await self.forwarded(conversation, body):
+            return
         answer = await self.answer(conversation, body)
         reply, envelope = answer.reply, self.envelope(answer, conversation.model)
         headers = self.request_id_headers(envelope)

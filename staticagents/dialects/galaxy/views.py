@@ -84,12 +84,13 @@ def exchange_id_from_path(value: str) -> int:
 
 class ConfigurationView(GalaxyView):
     def get(self, request: Request) -> Response:
-        return Response(galaxy.render_configuration())
+        return Response(galaxy.render_configuration(active_ruleset().routing))
 
 
 class AgentListView(GalaxyView):
     def get(self, request: Request) -> Response:
-        return Response(galaxy.render_agent_list(active_ruleset().agent_types))
+        ruleset = active_ruleset()
+        return Response(galaxy.render_agent_list(ruleset.agent_types, ruleset.routing))
 
 
 class AgentView(GalaxyView):

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.core.numbers import is_ascii_number
 from staticagents.core.replies import Reply, ReplyError
+from staticagents.core.routing import STATIC, STATIC_ROUTING, Routing, Target
 from staticagents.core.storable import NUL_PROBLEM, nul_in_json
 from staticagents.core.timing import Slots, TimedFrame, plan_stream
 from staticagents.dialects.llm.wire import SLOT, TextTemplate
@@ -338,7 +339,7 @@ def render_agent_response(
     """Galaxy's ``AgentResponse``; ``static_backend: true`` stays the last metadata key."""
     metadata = {k: v for k, v in reply.metadata.items() if k != "static_backend"}
     metadata.update(extra_metadata or {})
-    metadata["static_backend"] = True
+    metadata["static_backend"] = reply.outcome != "proxied"
     return {
         "content": reply.content,
         "confidence": reply.confidence,
@@ -407,24 +408,36 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"err_msg": message, "err_code": status * 1000}
 
 
-def render_agent_list(agent_types: Sequence[str]) -> dict[str, Any]:
-    """``GET /api/ai/agents``: one entry per agent type a rule names, sorted."""
-    agents = [
-        {
-            "agent_type": agent_type,
-            "name": agent_type.replace("_", " ").title(),
-            "description": f"Static agent: answers {agent_type} questions from curated rules",
-            "enabled": True,
-            "model": "static",
-            "specialties": list(SPECIALTIES.get(agent_type, [])),
-        }
-        for agent_type in sorted(agent_types)
-    ]
+def render_agent_list(
+    agent_types: Sequence[str], routing: Routing = STATIC_ROUTING
+) -> dict[str, Any]:
+    """``GET /api/ai/agents``: one entry per agent type a rule or a mode names, sorted;
+    ``backend`` says whether rules (``static``) or an upstream answer it."""
+    agents = [_agent(agent_type, routing.target(agent_type)) for agent_type in sorted(agent_types)]
     return {"agents": agents, "total_count": len(agents)}
 
 
-def render_configuration() -> dict[str, Any]:
-    return {"llm_api_configured": True, "llm_registry_type": "static"}
+def _agent(agent_type: str, target: Target | None) -> dict[str, Any]:
+    title = agent_type.replace("_", " ").title()
+    if target is None:
+        description = f"Static agent: answers {agent_type} questions from curated rules"
+    else:
+        description = f"Answers {agent_type} questions from upstream {target.upstream.name}"
+    return {
+        "agent_type": agent_type,
+        "name": title,
+        "description": description,
+        "enabled": True,
+        "model": "static" if target is None else (target.upstream.model or target.upstream.name),
+        "specialties": list(SPECIALTIES.get(agent_type, [])),
+        "backend": STATIC if target is None else target.mode,
+        "upstream": None if target is None else target.upstream.name,
+    }
+
+
+def render_configuration(routing: Routing = STATIC_ROUTING) -> dict[str, Any]:
+    """``llm_registry_type``: "static" while rules answer every agent type, else "mixed"."""
+    return {"llm_api_configured": True, "llm_registry_type": "mixed" if routing.mixed else "static"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,15 +15,18 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from staticagents.core.inquiry import session_key
+from staticagents.core.inquiry import Inquiry, session_key
+from staticagents.core.matching import Ruleset
+from staticagents.core.routing import RECORD_ON_MISS
 from staticagents.core.timing import TimedFrame
+from staticagents.dialects.llm.forward import Forward
 from staticagents.dialects.llm.wire import (
     Conversation,
     Envelope,
     InvalidRequest,
     choose_agent_type,
 )
-from staticagents.replying.answer import Answer, aanswer_inquiry
+from staticagents.replying.answer import Answer, aanswer_inquiry, amatch, proxy_target
 from staticagents.replying.snapshot import current_ruleset
 from staticagents.serving.route import ReplyRoute, RequestRejected, parse_json_object, sse_frames
 
@@ -37,6 +40,8 @@ class ModelReplyRoute(ReplyRoute):
     dialect = ""
     id_prefix = ""
     request_id_header = b"x-request-id"  # where the dialect's SDK reads the request id
+    # The inquiry and snapshot read by ``forwarded``, for ``answer`` to use.
+    asked: tuple[Inquiry, Ruleset] | None = None
 
     def require_method(self, method: str) -> None:
         actual = self.scope.get("method", "")
@@ -53,17 +58,50 @@ class ModelReplyRoute(ReplyRoute):
             raise RequestRejected(400, invalid.message, param=invalid.param) from None
 
     async def answer(self, conversation: Conversation, body: bytes) -> Answer:
-        work = answer_conversation(
-            conversation,
-            dialect=self.dialect,
-            prefix=self.scope.get("url_route", {}).get("kwargs", {}).get("agent_type"),
-            headers=self.request_headers,
-            route=self.scope.get("path", ""),
-            body=body,
-        )
+        if self.asked is not None:
+            inquiry, ruleset = self.asked
+            route = self.scope.get("path", "")
+            work = aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
+        else:
+            work = answer_conversation(
+                conversation,
+                dialect=self.dialect,
+                prefix=self.agent_prefix,
+                headers=self.request_headers,
+                route=self.scope.get("path", ""),
+                body=body,
+            )
         answer = await self.answering(work, lambda answer: answer.entry_id)
         self.fault = answer.reply.fault
         return answer
+
+    @property
+    def agent_prefix(self) -> str | None:
+        agent_type: str | None = self.scope.get("url_route", {}).get("kwargs", {}).get("agent_type")
+        return agent_type
+
+    async def forwarded(self, conversation: Conversation, body: bytes) -> bool:
+        """Forward the request as it is when its agent type's upstream speaks this dialect
+        (``dialects/llm/forward.py``); whether it did. Otherwise ``answer`` answers it."""
+        ruleset = await current_ruleset()
+        inquiry = conversation_inquiry(
+            conversation,
+            dialect=self.dialect,
+            prefix=self.agent_prefix,
+            headers=self.request_headers,
+            ruleset=ruleset,
+        )
+        self.asked = (inquiry, ruleset)
+        target = proxy_target(ruleset, inquiry)
+        if target is None or target.upstream.dialect != self.dialect:
+            return False
+        missed = target.mode != RECORD_ON_MISS or (
+            await amatch(ruleset, inquiry, ruleset.deadline(inquiry)) is None
+        )
+        if not missed:
+            return False
+        await Forward(self, target, inquiry).run(body)
+        return True
 
     def request_id_headers(self, envelope: Envelope) -> list[tuple[bytes, bytes]]:
         """The response id, where the dialect's SDK looks for a request id."""
@@ -106,14 +144,30 @@ async def answer_conversation(
     header = headers.get("x-agent-type")
     # Only a request that names no agent type needs the rule snapshot to read its model.
     ruleset = None if (prefix or header) else await current_ruleset()
-    known = ruleset.agent_types if ruleset is not None else ()
+    inquiry = conversation_inquiry(
+        conversation, dialect=dialect, prefix=prefix, headers=headers, ruleset=ruleset
+    )
+    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
+
+
+def conversation_inquiry(
+    conversation: Conversation,
+    *,
+    dialect: str,
+    prefix: str | None,
+    headers: Mapping[str, str],
+    ruleset: Ruleset | None,
+) -> Inquiry:
+    """The inquiry of a conversation, completed from the route and the headers (and the
+    snapshot's agent types, read only when neither names one)."""
+    header = headers.get("x-agent-type")
+    known = ruleset.agent_types if ruleset is not None and not (prefix or header) else ()
     agent_type = choose_agent_type(
         prefix=prefix, header=header, model=conversation.model, known=known
     )
-    inquiry = conversation.inquiry(
+    return conversation.inquiry(
         dialect=dialect, agent_type=agent_type, session=session_key(headers), headers=headers
     )
-    return await aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
 
 
 def retry_headers(retry_after: float | None) -> list[tuple[bytes, bytes]]:

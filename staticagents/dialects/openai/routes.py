@@ -30,6 +30,8 @@ class ChatCompletionsRoute(ModelReplyRoute):
     async def respond(self, body: bytes) -> None:
         self.require_method("POST")
         conversation = self.parse(openai.parse_chat_request, body)
+        if await self.forwarded(conversation, body):
+            return
         answer = await self.answer(conversation, body)
         reply, envelope = answer.reply, self.envelope(answer, conversation.model)
         headers = self.request_id_headers(envelope)

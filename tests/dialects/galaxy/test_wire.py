@@ -202,7 +202,10 @@ def test_the_agent_list_is_sorted_with_one_entry_per_type() -> None:
         "enabled",
         "model",
         "specialties",
+        "backend",
+        "upstream",
     }
+    assert listing["agents"][0]["backend"] == "static"
 
 
 def test_exchange_messages_split_each_turn_into_user_and_assistant_entries() -> None:

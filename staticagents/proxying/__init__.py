@@ -1,0 +1,1 @@
+"""Real models beside static ones: the upstreams an agent type's requests are sent to."""
