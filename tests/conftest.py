@@ -142,3 +142,20 @@ def galaxy_query(live_url: str, query: str, session: str | None = None, **body: 
     headers = {"X-Static-Session": session} if session else {}
     payload = {"query": query, "agent_type": "router", **body}
     return httpx.post(f"{live_url}/api/ai/agents/query", json=payload, headers=headers)
+
+
+def seed_drawing_both(chaos: dict[str, Any], session: str, rule: str, requests: int) -> int:
+    """The first seed from ``chaos["seed"]`` on whose draws, for this session and rule, some of
+    the first ``requests`` requests fault and some do not: the testing kit's session key is
+    new in every run, and a fixed seed draws all or none about once in a hundred runs."""
+    from staticagents.core.replies import chaos_fault
+
+    seed = chaos["seed"]
+    while True:
+        draws = {
+            chaos_fault({**chaos, "seed": seed}, session, rule, n) is None
+            for n in range(1, requests + 1)
+        }
+        if len(draws) == 2:
+            return seed
+        seed += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from staticagents.core.replies import chaos_fault
 from staticagents.models import JournalEntry
 from staticagents.testing.client import StaticAgentsClient
+from tests.conftest import seed_drawing_both
 
 FAST = {"word_delay_ms": 1}
 CONTENT = "one two three four five six seven eight"
@@ -188,6 +190,12 @@ def test_chaos_faults_the_requests_its_seed_and_session_draw(
     static_agents: StaticAgentsClient, client: openai.OpenAI
 ) -> None:
     chaos = {"probability": 0.5, "kinds": ["error_event"], "seed": 11}
+    seed = seed_drawing_both(chaos, static_agents.session, "chaotic", 8)
+    if seed != chaos["seed"]:
+        chaos["seed"] = seed
+        rules = copy.deepcopy(RULES)
+        next(r for r in rules["rules"] if r["name"] == "chaotic")["response"]["chaos"] = chaos
+        static_agents.install(rules)
     expected = [chaos_fault(chaos, static_agents.session, "chaotic", n) for n in range(1, 9)]
     faulted = []
     for _ in range(8):
@@ -197,7 +205,7 @@ def test_chaos_faults_the_requests_its_seed_and_session_draw(
         except openai.APIError:
             faulted.append(True)
     assert faulted == [fault is not None for fault in expected]
-    assert True in faulted and False in faulted  # this seed draws some of each
+    assert True in faulted and False in faulted  # the seed draws some of each
     outcomes = [entry.outcome for entry in static_agents.requests()]
     assert outcomes == ["fault" if hit else "answered" for hit in faulted]
 
@@ -230,11 +238,13 @@ def faults_drawn(client: openai.OpenAI, text: str, times: int) -> list[bool]:
 def test_chaos_in_the_defaults_replays_the_same_faults_for_the_same_seed_and_session(
     static_agents: StaticAgentsClient, client: openai.OpenAI
 ) -> None:
-    static_agents.install(CHAOS_IN_DEFAULTS)
+    chaos = {**DEFAULT_CHAOS}
+    chaos["seed"] = seed_drawing_both(chaos, static_agents.session, "flaky", 8)
+    static_agents.install({**CHAOS_IN_DEFAULTS, "defaults": {"chaos": chaos}})
     first = faults_drawn(client, "#flaky", 8)
-    expected = [chaos_fault(DEFAULT_CHAOS, static_agents.session, "flaky", n) for n in range(1, 9)]
+    expected = [chaos_fault(chaos, static_agents.session, "flaky", n) for n in range(1, 9)]
     assert first == [fault is not None for fault in expected]
-    assert True in first and False in first  # this seed draws some of each
+    assert True in first and False in first  # the seed draws some of each
     static_agents.reset()  # the same session, counted from its first request again
     assert faults_drawn(client, "#flaky", 8) == first
 

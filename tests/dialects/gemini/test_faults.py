@@ -18,6 +18,7 @@ from google.genai import errors, types
 from staticagents.core.replies import chaos_fault
 from staticagents.models import JournalEntry
 from staticagents.testing.client import StaticAgentsClient
+from tests.conftest import seed_drawing_both
 from tests.dialects.gemini.test_adk_agent import run, weather_agent
 
 API_KEY = "AIzaSyStaticAgentsNotARealKey0123456789"
@@ -136,6 +137,7 @@ def test_chaos_in_the_defaults_faults_the_gemini_streams_its_seed_and_session_dr
     static_agents: StaticAgentsClient, client: genai.Client
 ) -> None:
     chaos = {"probability": 0.5, "kinds": ["error_event"], "seed": 21}
+    chaos["seed"] = seed_drawing_both(chaos, static_agents.session, "any", 8)
     static_agents.install(
         {"defaults": {"chaos": chaos}, "rules": [{"name": "any", "response": {"content": CONTENT}}]}
     )
