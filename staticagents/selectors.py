@@ -80,20 +80,7 @@ def stored_document() -> dict[str, Any]:
 def stored_upstreams() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The upstreams and the agent types' modes, in fixture form."""
     upstreams = [upstream.document() for upstream in Upstream.objects.all()]
-    modes: dict[str, Any] = {}
-    agent_types: dict[str, Any] = {}
-    for row in AgentMode.objects.all():
-        if not row.agent_type:
-            modes["default"] = row.mode
-            if row.upstream:
-                modes["upstream"] = row.upstream
-        else:
-            spec = {"mode": row.mode}
-            agent_types[row.agent_type] = spec | (
-                {"upstream": row.upstream} if row.upstream else {}
-            )
-    if agent_types:
-        modes["agent_types"] = agent_types
+    modes = AgentMode.modes_document(list(AgentMode.objects.all()))
     return upstreams, modes
 
 
