@@ -30,6 +30,7 @@ ANTHROPIC_FINISH = {
     "refusal": "content_filter",
 }
 OPENAI_FINISH = {"function_call": "tool_calls"}
+REPLY_FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Relayed:
         reason = self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
         words = ANTHROPIC_FINISH if dialect == "anthropic" else OPENAI_FINISH
         reason = words.get(reason, reason)
-        return reason if reason in ("stop", "length", "tool_calls", "content_filter") else "stop"
+        return reason if reason in REPLY_FINISH_REASONS else "stop"
 
 
 def upstream_path(dialect: str) -> str:

@@ -16,20 +16,13 @@ from staticagents.core.inquiry import Inquiry
 from staticagents.core.literals import escaped
 from staticagents.core.timing import chunk_text
 from staticagents.document.schema import recorded_time
+from staticagents.proxying.wire import ANTHROPIC_FINISH, OPENAI_FINISH, REPLY_FINISH_REASONS
 
 # The upstreams' finish reasons (OpenAI's and Anthropic's words) in the fixture's words.
 FINISH_REASONS = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
+    **{reason: reason for reason in REPLY_FINISH_REASONS},
+    **OPENAI_FINISH,
+    **ANTHROPIC_FINISH,
 }
 MAX_DELAY_MS = 600_000  # the fixture's limit on a scripted delay
 HASH_LENGTH = 12
