@@ -126,7 +126,7 @@ LIMITS = (
     Limit("E011", "STATIC_AGENTS_REDACT_PATTERNS", "a list of regexes", is_regex_list),
     Limit("E012", "STATIC_AGENTS_VERSIONS_KEEP", "a whole number of versions, >= 1", POSITIVE),
     Limit("E013", "STATIC_AGENTS_JOURNAL_BACKLOG", "a whole number of entries, >= 0", AT_LEAST_0),
-    Limit("E014", "STATIC_AGENTS_LIVE_PREFIX", "at most 40 of A-Za-z0-9._- (or empty)", is_live_prefix),
+    Limit("E014", "STATIC_AGENTS_LIVE_PREFIX", "<= 40 of A-Za-z0-9._- or empty", is_live_prefix),
     Limit("E020", "STATIC_AGENTS_METRICS", "'token' or 'open'", is_metrics_access),
 )
 # fmt: on

@@ -21,8 +21,10 @@ off) are announced.
 Every group's name starts with the deployment's prefix (``prefix``):
 ``STATIC_AGENTS_LIVE_PREFIX``, or by default a short hash of the default
 database's identity, so services (or test servers) sharing one Redis database
-but not their database never hear each other. A subscriber holds at most ``Subscription.limit`` events: when it
-reads too slowly the oldest go, and it is told how many (a ``dropped`` event).
+but not their database never hear each other.
+
+A subscriber holds at most ``Subscription.limit`` events: when it reads too
+slowly the oldest go, and it is told how many (a ``dropped`` event).
 """
 
 from __future__ import annotations
@@ -254,8 +256,8 @@ class Feed:
                 if batch:
                     await self._send_batch(batch)
                 if updates:  # after the entries they update
-                    control = group_name("control")
-                    await self.send_to_groups({control: {"type": "live.updates", "updates": updates}})
+                    message = {"type": "live.updates", "updates": updates}
+                    await self.send_to_groups({group_name("control"): message})
         finally:
             self.flushing = False
 
@@ -437,9 +439,7 @@ def announce_ruleset(version: int) -> None:
 
 def _announce(message: dict[str, Any]) -> None:
     if _on_serving_loop(
-        lambda live: live.loop.create_task(
-            live.send_to_groups({group_name("control"): message})
-        )
+        lambda live: live.loop.create_task(live.send_to_groups({group_name("control"): message}))
     ):
         return
     layer = get_channel_layer()

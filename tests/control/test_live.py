@@ -220,3 +220,39 @@ async def test_a_session_reset_ends_its_websocket_reply_with_its_done_event(serv
     assert events[-1]["type"] == "done"
     text = "".join(e["text"] for e in events if e["type"] == "delta")
     assert text.split() == ["word"] * 40
+
+
+async def test_an_outcome_changed_later_reaches_subscribers_as_an_update(service: str) -> None:
+    """A stream the client leaves is marked ``cancelled`` after its entry was published."""
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "slowly"}]}
+    headers = {"X-Static-Session": "leaves"}
+    async with connect(socket_url(service, token=CONTROL_TOKEN, session="leaves")) as socket:
+        await next_event(socket, "subscribed")
+        async with (
+            httpx.AsyncClient(base_url=service, timeout=30) as client,
+            client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response,
+        ):
+            await anext(response.aiter_lines())
+        entry = (await next_event(socket, "entry"))["entry"]
+        update = await next_event(socket, "update")
+    assert entry["outcome"] == "answered"
+    assert update == {"type": "update", "id": entry["id"], "outcome": "cancelled"}
+
+
+def test_the_prefix_is_the_setting_or_a_hash_of_the_default_database(settings: Any) -> None:
+    from django.db import connections
+
+    db = connections["default"].settings_dict
+    derived = live.prefix()
+    assert derived.startswith("sa-") and len(derived) == 15
+    assert live.session_group("k").startswith(derived + ".session.")
+    original = db["NAME"]
+    try:
+        db["NAME"] = "another-database"
+        assert live.prefix() != derived
+    finally:
+        db["NAME"] = original
+    settings.STATIC_AGENTS_LIVE_PREFIX = "staging-1"
+    assert live.prefix() == "staging-1"
+    assert live.Filters().group() == "staging-1.all"
+    assert live.Filters(fallbacks=True).group() == "staging-1.fallbacks"
