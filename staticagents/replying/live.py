@@ -58,6 +58,7 @@ QUEUE_LIMIT = 10_000  # entries waiting to be published, at most
 RETRY_SECONDS = 1.0
 REJOIN_SECONDS = 3600.0  # groups expire on the layer after a day: joined again hourly
 SUBSCRIBER_LIMIT = 1000  # events a subscriber holds before the oldest go
+RULESET_EVENTS = {"ruleset", "available", "unavailable"}  # what a ruleset-only subscriber gets
 
 # What an event carries of an entry (the control API's journal entry, ``created_at`` aside).
 EVENT_FIELDS = (
@@ -118,9 +119,12 @@ class Filters:
     agent_type: str | None = None
     outcome: str | None = None
     fallbacks: bool = False
+    ruleset: bool = False  # ruleset versions (and the layer's state) only, no entry
 
     def group(self) -> str:
         """The one group that carries every entry these filters may keep."""
+        if self.ruleset:
+            return group_name("control")
         if self.session is not None:
             return session_group(self.session)
         if self.agent_type is not None:
@@ -162,6 +166,8 @@ class Subscription:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def offer(self, event: dict[str, Any]) -> None:
+        if self.filters.ruleset and event["type"] not in RULESET_EVENTS:
+            return
         if len(self.events) >= self.limit:
             self.events.popleft()
             self.dropped += 1
