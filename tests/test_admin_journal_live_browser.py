@@ -77,6 +77,34 @@ def test_the_followed_list_keeps_to_its_filters(
     assert as_curator(steps) == ["bye again", "bye for now"]
 
 
+def test_a_listed_entry_shows_its_outcome_changed_later(
+    live_url: str, as_curator: Callable[[Callable[[Page], Any]], Any], settings: Any
+) -> None:
+    settings.STATIC_AGENTS_WORD_DELAY_MS = 2_000  # the stream lasts until the client leaves
+
+    def steps(page: Page) -> list[str]:
+        page.goto("/admin/staticagents/journalentry/")
+        page.wait_for_selector("#journal-live .state:text('(live)')")
+        body = {
+            "model": "m",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hello, then gone"}],
+        }
+        with httpx.stream("POST", f"{live_url}/v1/chat/completions", json=body) as response:
+            lines = response.iter_lines()  # kept: a dropped iterator closes the stream
+            next(lines)
+            row = page.locator("#result_list tr.live-new:has-text('hello, then gone')")
+            row.wait_for()
+            before = row.locator("td.field-outcome_label").inner_text()
+        page.wait_for_selector(
+            "#result_list tr.live-new:has-text('hello, then gone') "
+            "td.field-outcome_label:text('cancelled')"
+        )
+        return [before, row.locator("td.field-outcome_label").inner_text()]
+
+    assert as_curator(steps) == ["answered", "cancelled"]
+
+
 def test_the_rule_list_tells_of_a_change_made_elsewhere_without_a_reload(
     live_url: str, as_curator: Callable[[Callable[[Page], Any]], Any], settings: Any
 ) -> None:
