@@ -183,9 +183,12 @@ def digested_document(
     with one_snapshot():
         defaults, fallback = stored_defaults_and_fallback()
         rules = stored_rules(known)
+        upstreams, modes = stored_upstreams()
     document = {"version": 1, "defaults": defaults, "rules": [rule for _, rule in rules]}
     if fallback is not None:
         document["fallback"] = fallback
+    if upstreams or modes:
+        document.update(upstreams=upstreams, modes=modes)
     return document, {digest: rule for digest, rule in rules if digest}
 
 

@@ -152,8 +152,9 @@ def restore_version(*, number: int, by: str = COMMAND) -> int | None:
     version = ruleset_version(number)
     if version is None:
         raise RulesetVersion.DoesNotExist(f"no version {number} is kept")
-    # Validated again: the schema may have grown stricter since the version was kept.
-    document = validate_document(version.document())
+    # Validated again: the schema may have grown stricter since the version was kept. A
+    # document without upstreams is a ruleset that had none (an import would keep them).
+    document = validate_document({"upstreams": [], "modes": {}, **version.document()})
     _, made = _import(document, merge=False, by=by, what=f"restored version {number}")
     return made
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from staticagents.replying.snapshot import WAIT_FOR_BUILD_SECONDS
+
 RULES = 4_000
 
 
@@ -32,6 +34,8 @@ def test_replies_keep_their_latency_and_their_journal_while_a_big_replace_commit
     # Compiling the new rules on the reply's path, or journaling behind the import's write
     # lock, held replies for a good part of the replace's own time (at 4,000 rules, a
     # fifth of it, and the whole write); now replies wait no more than a few of their
-    # usual slowest (the import's thread shares the GIL with them).
+    # usual slowest (the import's thread shares the GIL with them), and the first reply
+    # to see the new stamp may wait WAIT_FOR_BUILD_SECONDS for this worker's build.
     slowest = max(*during, *after)
-    assert slowest <= 5 * usual[-1] + 0.05 * result["replace s"], figures
+    allowed = 5 * usual[-1] + 0.05 * result["replace s"] + WAIT_FOR_BUILD_SECONDS
+    assert slowest <= allowed, figures

@@ -233,6 +233,28 @@ def test_restoring_a_version_brings_its_document_back_as_a_new_version(rules: No
     assert newest().number == made
 
 
+def test_a_version_keeps_the_upstreams_and_restoring_one_without_them_removes_them(
+    rules: None,
+) -> None:
+    before = newest()
+    upstream = {
+        "name": "real",
+        "dialect": "openai",
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key_env": "REAL_MODEL_KEY",
+    }
+    modes = {"default": "static", "agent_types": {"coder": {"mode": "proxy", "upstream": "real"}}}
+    services.set_upstreams(upstreams=[upstream], modes=modes, by="ada")
+    with_upstreams = newest()
+    assert with_upstreams.by == "ada"
+    assert with_upstreams.document()["upstreams"][0]["name"] == "real"
+    assert with_upstreams.document()["modes"]["agent_types"] == modes["agent_types"]
+    restore_version(number=before.number)
+    assert "upstreams" not in export_document()
+    restore_version(number=with_upstreams.number)
+    assert export_document()["upstreams"] == with_upstreams.document()["upstreams"]
+
+
 def test_restoring_a_version_no_longer_kept_is_an_error_naming_it(rules: None) -> None:
     with pytest.raises(RulesetVersion.DoesNotExist, match="no version 999 is kept"):
         restore_version(number=999)
