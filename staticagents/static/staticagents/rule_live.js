@@ -10,12 +10,11 @@
   const url = scheme + location.host + "/control/journal/live?ruleset=true";
 
   function tell(version) {
-    const line = notice.querySelector("li");
-    line.textContent = "The rules changed (version " + version + "): ";
+    notice.textContent = "The rules changed (version " + version + "): ";
     const reload = document.createElement("a");
     reload.href = location.href;
     reload.textContent = "reload";
-    line.appendChild(reload);
+    notice.appendChild(reload);
     notice.hidden = false;
   }
 
