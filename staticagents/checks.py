@@ -21,6 +21,7 @@ Registered by the app config with the tag ``staticagents`` (``check --tag static
 * ``staticagents.E011``: ``STATIC_AGENTS_REDACT_PATTERNS``, a list of regexes that compile
 * ``staticagents.E012``: ``STATIC_AGENTS_VERSIONS_KEEP``, a whole number, at least 1
 * ``staticagents.E013``: ``STATIC_AGENTS_JOURNAL_BACKLOG``, a whole number, at least 0
+* ``staticagents.E014``: ``STATIC_AGENTS_LIVE_PREFIX``, at most 40 of ``A-Za-z0-9._-``
 * ``staticagents.E020``: ``STATIC_AGENTS_METRICS``, ``"token"`` or ``"open"``
 * ``staticagents.W001`` (``serve`` alone): a weak ``SECRET_KEY``, DEBUG off, a reachable host
 """
@@ -95,6 +96,10 @@ def is_regex_list(value: object) -> bool:
     return True
 
 
+def is_live_prefix(value: object) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9._-]{0,40}", value) is not None
+
+
 def is_key_list(value: object) -> bool:
     if not isinstance(value, list | tuple):
         return False
@@ -121,13 +126,14 @@ LIMITS = (
     Limit("E011", "STATIC_AGENTS_REDACT_PATTERNS", "a list of regexes", is_regex_list),
     Limit("E012", "STATIC_AGENTS_VERSIONS_KEEP", "a whole number of versions, >= 1", POSITIVE),
     Limit("E013", "STATIC_AGENTS_JOURNAL_BACKLOG", "a whole number of entries, >= 0", AT_LEAST_0),
+    Limit("E014", "STATIC_AGENTS_LIVE_PREFIX", "<= 40 of A-Za-z0-9._- or empty", is_live_prefix),
     Limit("E020", "STATIC_AGENTS_METRICS", "'token' or 'open'", is_metrics_access),
 )
 # fmt: on
 
 
 def check_limits(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
-    """Each setting with a type or a range: E001 to E005, E007 to E013, E020."""
+    """Each setting with a type or a range: E001 to E005, E007 to E014, E020."""
     errors: list[CheckMessage] = []
     for code, name, expected, valid in LIMITS:
         value = getattr(settings, name)

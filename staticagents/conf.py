@@ -55,6 +55,7 @@ class ServiceSettings:
     STATIC_AGENTS_JOURNAL_MAX_BYTES = Setting[int]()
     STATIC_AGENTS_JOURNAL_BODY_BYTES = Setting[int]()
     STATIC_AGENTS_JOURNAL_BACKLOG = Setting[int]()
+    STATIC_AGENTS_LIVE_PREFIX = Setting[str]()
     STATIC_AGENTS_MATCH_WINDOW = Setting[int]()
     STATIC_AGENTS_MATCH_BUDGET_MS = Setting[int]()
     STATIC_AGENTS_VERSIONS_KEEP = Setting[int]()

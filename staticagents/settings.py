@@ -304,6 +304,9 @@ STATIC_AGENTS_JOURNAL_BODY_BYTES = env_int(
 STATIC_AGENTS_JOURNAL_BACKLOG = env_int(
     "STATIC_AGENTS_JOURNAL_BACKLOG", 20_000, unit="entries", minimum=0
 )
+# The live journal's group names on the Channels layer start with this (letters, digits,
+# "-", "_", ".", at most 40); empty: derived from the default database (replying.live).
+STATIC_AGENTS_LIVE_PREFIX = env_str("STATIC_AGENTS_LIVE_PREFIX", "")
 # Rule regexes run on at most this many characters of a query, system prompt,
 # context value or tool result, so no inquiry can make matching take long.
 STATIC_AGENTS_MATCH_WINDOW = env_int(

@@ -52,6 +52,9 @@ def test_the_default_settings_pass_every_check() -> None:
         ("STATIC_AGENTS_VERSIONS_KEEP", 0, "E012"),
         ("STATIC_AGENTS_VERSIONS_KEEP", "200", "E012"),
         ("STATIC_AGENTS_JOURNAL_BACKLOG", -1, "E013"),
+        ("STATIC_AGENTS_LIVE_PREFIX", "two words", "E014"),
+        ("STATIC_AGENTS_LIVE_PREFIX", "x" * 41, "E014"),
+        ("STATIC_AGENTS_LIVE_PREFIX", None, "E014"),
         ("STATIC_AGENTS_REDACT_PATTERNS", "ticket-[0-9]+", "E011"),
         ("STATIC_AGENTS_REDACT_PATTERNS", ["ticket-(unclosed"], "E011"),
         ("STATIC_AGENTS_REDACT_PATTERNS", [""], "E011"),
@@ -98,7 +101,7 @@ def test_the_limits_take_fractions_and_tuples_where_they_make_sense() -> None:
 
 def test_every_setting_of_the_service_is_checked() -> None:
     names = [name for name in vars(staticagents.settings) if name.startswith("STATIC_AGENTS_")]
-    assert len(names) == 18
+    assert len(names) == 19
     for name in names:
         with override_settings(**{name: object()}):
             messages = service_checks()

@@ -26,7 +26,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from bench.servers import serve
 from staticagents.testing.client import StaticAgentsClient
 from tests.conftest import free_port
-from tests.test_scale_out import TOKEN, chat, database, fixture_file, server
+from tests.test_scale_out import REDIS, TOKEN, chat, database, fixture_file, server
 
 __all__ = ["database"]  # the fixture, for pytest
 
@@ -49,10 +49,12 @@ def live_url(base: str, **params: str) -> str:
     return f"{base.replace('http://', 'ws://')}/control/journal/live?{query}"
 
 
-async def next_event(socket: ClientConnection, kind: str, timeout: float = 10) -> dict[str, Any]:
+async def next_event(
+    socket: ClientConnection, kind: str | None, timeout: float = 10
+) -> dict[str, Any]:
     while True:
         event: dict[str, Any] = json.loads(await asyncio.wait_for(socket.recv(), timeout))
-        if event["type"] == kind:
+        if kind is None or event["type"] == kind:
             return event
 
 
@@ -138,6 +140,78 @@ def test_a_session_reset_ends_a_stream_held_by_the_other_worker(
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text.split() == ["word"] * 40
+
+
+async def rest(lines: Any) -> list[str]:
+    return [line async for line in lines if line]
+
+
+def seen(event: dict[str, Any]) -> str | None:
+    """The query of an entry event, the session of a reset."""
+    return event.get("entry", {}).get("query") or event.get("session")
+
+
+def sqlite_server(path: Path, fixture: Path | None) -> Any:
+    env = {"REDIS_URL": REDIS, "STATIC_AGENTS_CONTROL_TOKEN": TOKEN}
+    return serve("serve sqlite", database_url=f"sqlite:///{path}", fixture=fixture, env=env)
+
+
+def test_two_services_sharing_redis_but_not_their_database_never_hear_each_other(
+    tmp_path: Path,
+) -> None:
+    """Each service's groups carry a prefix of its own (a hash of its database): one's
+    entries, session resets and announcements never reach the other's subscribers,
+    nor end its streams."""
+    fixture = fixture_file(tmp_path, RULES)
+    with (
+        sqlite_server(tmp_path / "one.sqlite3", fixture) as one,
+        sqlite_server(tmp_path / "two.sqlite3", fixture) as two,
+    ):
+
+        async def run() -> tuple[list[dict[str, Any]], list[str], bool]:
+            headers = {"X-Static-Session": "held"}
+            body = {**chat("slowly please"), "stream": True}
+            async with (
+                connect(live_url(one.url)) as socket,
+                httpx.AsyncClient(timeout=30) as client,
+                client.stream(
+                    "POST", f"{one.url}/v1/chat/completions", json=body, headers=headers
+                ) as response,
+            ):
+                lines = response.aiter_lines()
+                await anext(lines)
+                reader = asyncio.ensure_future(rest(lines))  # the stream's words, 2.5 s apart
+                await next_event(socket, "subscribed")
+                # On the other service: an entry, a reset of the same session, a new version.
+                assert (await asyncio.to_thread(ask, two.url, "elsewhere", "held")).is_success
+                other = await client.delete(f"{two.url}/control/sessions/held", headers=CONTROL)
+                assert other.status_code == 200, other.text
+                patch = {"response": {"content": "changed"}}
+                changed = await client.patch(
+                    f"{two.url}/control/rules/echo", json=patch, headers=CONTROL
+                )
+                assert changed.status_code == 200, changed.text
+                # Then on this one: what its subscriber hears is its own.
+                assert (await asyncio.to_thread(ask, one.url, "here", "mine")).is_success
+                mine = await client.delete(f"{one.url}/control/sessions/marker", headers=CONTROL)
+                assert mine.status_code == 200, mine.text
+                heard: list[dict[str, Any]] = []
+                # (An announcement goes at once, an entry within ``live.FLUSH_SECONDS``.)
+                while not ({"here", "marker"} <= {seen(event) for event in heard}):
+                    heard.append(await next_event(socket, None))
+                still_open = not reader.done()
+                reader.cancel()
+            kinds = [event["type"] for event in heard]
+            return heard, kinds, still_open
+
+        heard, kinds, still_open = asyncio.run(run())
+    entries = [event["entry"]["query"] for event in heard if event["type"] == "entry"]
+    assert entries == ["slowly please", "here"]
+    assert "ruleset" not in kinds
+    assert [e for e in heard if e["type"] == "session_reset"] == [
+        {"type": "session_reset", "session": "marker"}
+    ]
+    assert still_open  # the other service's reset of "held" ended nothing here
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ from staticagents.forms import (
     RuleResponseFormSet,
     place_choices,
 )
-from staticagents.models import Defaults, Fallback, Rule, RuleResponse
+from staticagents.models import Defaults, Fallback, Rule, RuleResponse, RulesetState
 from staticagents.selectors import rule_answers, rule_shadows
 from staticagents.services import (
     accept_recorded_rules,
@@ -336,6 +336,8 @@ class RuleAdmin(ErrorBannerMixin, RuleAdminBase):
         extra = {
             "can_upload_fixture": self.has_change_permission(request),
             "can_view_history": request.user.has_perm("staticagents.view_rulesetversion"),
+            # rule_live.js tells of a later version (announced on the live journal).
+            "ruleset_version": RulesetState.objects.values_list("version", flat=True).first() or 0,
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra)

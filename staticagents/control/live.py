@@ -4,12 +4,17 @@ The handshake carries the control token (``Authorization: Bearer …`` or
 ``?token=``, which the logs mask), or the admin's session of a staff user with
 the journal's view permission (``view_journalentry``; the page must come from
 the same host). The query chooses what to follow: ``session``, ``agent_type``,
-``outcome``, ``fallbacks=true``. Events, one JSON text message each:
+``outcome``, ``fallbacks=true``; or ``ruleset=true`` alone, ruleset versions only
+(``ruleset``, ``available`` and ``unavailable`` events), which a staff session
+may follow with the rules' view permission (``view_rule``: the admin's rule
+list). Events, one JSON text message each:
 
 * ``{"type": "subscribed", "filters": {...}, "available": bool}`` first;
 * ``{"type": "entry", "entry": {...}}``: an entry as ``GET /control/journal`` lists it;
 * ``{"type": "dropped", "count": n}``: this socket read too slowly, n entries were let go;
 * ``{"type": "unavailable"}`` / ``{"type": "available"}``: the channel layer failed / is back;
+* ``{"type": "update", "id": n, "outcome": ...}``: an entry's outcome changed later
+  (``cancelled``, ``cut_off``, ``fault``), whatever the filters;
 * ``{"type": "ruleset", "version": n}``, ``{"type": "session_reset", "session": key}``.
 
 A refused handshake is accepted only to send one ``error`` event and close
@@ -42,8 +47,10 @@ CLOSE_INVALID = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403
 PERMISSION = "staticagents.view_journalentry"
+RULESET_PERMISSION = "staticagents.view_rule"
 OUTCOMES = {o for o, _ in JournalEntry.OUTCOMES}
-PARAMETERS = {"session", "agent_type", "outcome", "fallbacks", "token"}
+PARAMETERS = {"session", "agent_type", "outcome", "fallbacks", "ruleset", "token"}
+BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
 
 
 class Refused(Exception):
@@ -65,15 +72,21 @@ def parse_filters(query_string: bytes) -> live.Filters:
     outcome = value.get("outcome") or None
     if outcome is not None and outcome not in OUTCOMES:
         raise Refused(400, CLOSE_INVALID, f"outcome: not one of {', '.join(sorted(OUTCOMES))}")
-    fallbacks = value.get("fallbacks", "false").lower()
-    if fallbacks not in ("true", "false", "1", "0"):
-        raise Refused(400, CLOSE_INVALID, "fallbacks: true or false")
-    return live.Filters(
+    chosen = {}
+    for name in ("fallbacks", "ruleset"):
+        chosen[name] = BOOLEANS.get(value.get(name, "false").lower())
+        if chosen[name] is None:
+            raise Refused(400, CLOSE_INVALID, f"{name}: true or false")
+    filters = live.Filters(
         session=value.get("session") or None,
         agent_type=value.get("agent_type") or None,
         outcome=outcome,
-        fallbacks=fallbacks in ("true", "1"),
+        fallbacks=bool(chosen["fallbacks"]),
+        ruleset=bool(chosen["ruleset"]),
     )
+    if filters.ruleset and filters != live.Filters(ruleset=True):
+        raise Refused(400, CLOSE_INVALID, "ruleset: takes no other filter")
+    return filters
 
 
 def _token(headers: dict[str, str], query_string: bytes) -> str | None:
@@ -100,7 +113,7 @@ class LiveJournalConsumer(AsyncWebsocketConsumer):
         await self.accept()
         try:
             filters = parse_filters(self.scope.get("query_string", b""))
-            await self.admit()
+            await self.admit(RULESET_PERMISSION if filters.ruleset else PERMISSION)
         except Refused as refused:
             event = {"type": "error", "status": refused.status, "message": refused.message}
             await self.send(text_data=orjson.dumps(event).decode())
@@ -108,7 +121,7 @@ class LiveJournalConsumer(AsyncWebsocketConsumer):
             return
         self.sender = asyncio.ensure_future(self.follow(filters))
 
-    async def admit(self) -> None:
+    async def admit(self, permission: str) -> None:
         headers = handshake_headers(self.scope)
         token = _token(headers, self.scope.get("query_string", b""))
         if token is not None:
@@ -118,8 +131,9 @@ class LiveJournalConsumer(AsyncWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not (user.is_active and user.is_staff) or not _same_origin(headers):
             raise Refused(401, CLOSE_UNAUTHORIZED, "send the control token or sign in as staff")
-        if not await database_sync_to_async(user.has_perm)(PERMISSION):
-            raise Refused(403, CLOSE_FORBIDDEN, "following the journal needs view_journalentry")
+        if not await database_sync_to_async(user.has_perm)(permission):
+            needed = permission.split(".")[1]
+            raise Refused(403, CLOSE_FORBIDDEN, f"following this needs {needed}")
 
     async def follow(self, filters: live.Filters) -> None:
         feed = live.feed()

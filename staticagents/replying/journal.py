@@ -9,7 +9,8 @@
   transaction if it has one;
 * each entry, once committed, goes to the live journal (``replying.live``);
 * ``await journal.mark(entry_id, outcome)``: record that a stream ended early
-  (``cancelled``: the client left; ``cut_off``: it ran too long);
+  (``cancelled``: the client left; ``cut_off``: it ran too long); the outcome,
+  once written, goes to the live journal too (an ``update``);
 * ``await journal.run(job)`` (``journal.run_now(job)`` in a thread): run a
   dialect's own statements (a Galaxy exchange saved, an ADK session opened) in
   the next round's transaction, each job in a savepoint of its own, so that one
@@ -264,9 +265,10 @@ class JournalWriter:
         note_outcome(outcome)
         backend = self._on_loop()
         if backend is not None:
-            await backend.mark(entry_id, outcome)
+            await backend.mark(entry_id, outcome)  # published by the round that writes it
         else:
             await self._thread.submit(_Mark(entry_id, outcome))
+            live.feed().publish_update(entry_id, outcome)
 
     def run_now(self, job: Job) -> Any:
         """Run ``job`` on this thread's connection (in its transaction, if any); its result."""
@@ -530,6 +532,8 @@ class _LoopBackend:
                 waiting.set_result(outcome)
         for entry, pk in zip(held, ids, strict=False):  # their requests got no id: written now
             live.feed(self.loop).publish(pk, entry)
+        for mark in [*held_marks, *(mark for mark, _ in marks)]:
+            live.feed(self.loop).publish_update(mark.entry_id, mark.outcome)
         for (_, future), pk in zip(inserts, ids[len(held) :], strict=True):
             if not future.done():  # else the request was cancelled meanwhile
                 future.set_result(pk)

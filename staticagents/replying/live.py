@@ -1,8 +1,8 @@
 """The live journal: entries, session resets and ruleset changes on the Channels layer.
 
 Every journal entry, once committed, is published to groups a subscriber can
-join: every entry (``ALL``), one session, one agent type, or the fallback's
-answers (``FALLBACKS``). With one worker the in-memory layer carries them; with
+join: every entry, one session, one agent type, or the fallback's
+answers. With one worker the in-memory layer carries them; with
 ``REDIS_URL``, channels-redis carries them between workers.
 
 The reply path never waits for the layer: ``publish`` appends to a bounded
@@ -13,10 +13,18 @@ told ``unavailable``, and the feed joins its groups again every
 ``RETRY_SECONDS`` until the layer answers (``available``).
 
 Each process (each loop) keeps one channel on the layer (``Feed``): it joins the
-groups its local subscribers need and always ``CONTROL``, where session resets
-(open streams of the session end at once: ``Feed.hurry``) and ruleset versions
-are announced. A subscriber holds at most ``Subscription.limit`` events: when it
-reads too slowly the oldest go, and it is told how many (a ``dropped`` event).
+groups its local subscribers need and always the control group, where session
+resets (open streams of the session end at once: ``Feed.hurry``), ruleset
+versions and later outcomes of entries (``update``: a stream cancelled or cut
+off) are announced.
+
+Every group's name starts with the deployment's prefix (``prefix``):
+``STATIC_AGENTS_LIVE_PREFIX``, or by default a short hash of the default
+database's identity, so services (or test servers) sharing one Redis database
+but not their database never hear each other.
+
+A subscriber holds at most ``Subscription.limit`` events: when it reads too
+slowly the oldest go, and it is told how many (a ``dropped`` event).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from staticagents.conf import settings
 from staticagents.replying import journal as _journal  # which imports this module: used late
@@ -49,11 +58,8 @@ QUEUE_LIMIT = 10_000  # entries waiting to be published, at most
 RETRY_SECONDS = 1.0
 REJOIN_SECONDS = 3600.0  # groups expire on the layer after a day: joined again hourly
 SUBSCRIBER_LIMIT = 1000  # events a subscriber holds before the oldest go
+RULESET_EVENTS = {"ruleset", "available", "unavailable"}  # what a ruleset-only subscriber gets
 
-PREFIX = "static-agents."
-ALL = PREFIX + "all"
-FALLBACKS = PREFIX + "fallbacks"
-CONTROL = PREFIX + "control"
 # What an event carries of an entry (the control API's journal entry, ``created_at`` aside).
 EVENT_FIELDS = (
     "dialect",
@@ -73,18 +79,36 @@ EVENT_FIELDS = (
 )
 
 
+def prefix() -> str:
+    """The deployment's prefix of every group name (see the module doc)."""
+    db = connections[DEFAULT_DB_ALIAS].settings_dict
+    identity = (db.get("ENGINE"), str(db.get("NAME")), db.get("HOST"), db.get("PORT"))
+    return _prefix(settings.STATIC_AGENTS_LIVE_PREFIX, repr(identity))
+
+
+@functools.lru_cache(maxsize=8)
+def _prefix(given: str, identity: str) -> str:
+    return given or "sa-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
+
+
+def group_name(kind: str) -> str:
+    """``all``, ``fallbacks`` or ``control``, with the deployment's prefix."""
+    return f"{prefix()}.{kind}"
+
+
 @functools.lru_cache(maxsize=4096)
-def _hashed(kind: str, key: str) -> str:
-    # Group names allow only [a-zA-Z0-9-_.] and fewer than 100 characters.
-    return f"{PREFIX}{kind}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+def _hashed(start: str, kind: str, key: str) -> str:
+    # Group names allow only [a-zA-Z0-9-_.] and fewer than 100 characters (the prefix
+    # takes at most 40, E014).
+    return f"{start}.{kind}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
 
 
 def session_group(session: str) -> str:
-    return _hashed("session", session)
+    return _hashed(prefix(), "session", session)
 
 
 def agent_type_group(agent_type: str) -> str:
-    return _hashed("agent", agent_type)
+    return _hashed(prefix(), "agent", agent_type)
 
 
 @dataclass(frozen=True)
@@ -95,14 +119,17 @@ class Filters:
     agent_type: str | None = None
     outcome: str | None = None
     fallbacks: bool = False
+    ruleset: bool = False  # ruleset versions (and the layer's state) only, no entry
 
     def group(self) -> str:
         """The one group that carries every entry these filters may keep."""
+        if self.ruleset:
+            return group_name("control")
         if self.session is not None:
             return session_group(self.session)
         if self.agent_type is not None:
             return agent_type_group(self.agent_type)
-        return FALLBACKS if self.fallbacks else ALL
+        return group_name("fallbacks" if self.fallbacks else "all")
 
     def keep(self, entry: Mapping[str, Any]) -> bool:
         return (
@@ -139,6 +166,8 @@ class Subscription:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def offer(self, event: dict[str, Any]) -> None:
+        if self.filters.ruleset and event["type"] not in RULESET_EVENTS:
+            return
         if len(self.events) >= self.limit:
             self.events.popleft()
             self.dropped += 1
@@ -179,6 +208,7 @@ class Feed:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.pending: list[tuple[int, Entry]] = []
+        self.updates: list[dict[str, Any]] = []  # later outcomes, {"id", "outcome"}
         self.flushing = False
         self.dropped = 0  # entries never published: the queue was full, or the layer failed
         self.available = True
@@ -203,6 +233,20 @@ class Feed:
             LIVE_DROPPED.labels("publish").inc()
             return
         self.pending.append((entry_id, entry))
+        self._flush_soon()
+
+    def publish_update(self, entry_id: int, outcome: str) -> None:
+        """Publish a committed later outcome of an entry, soon (never waits)."""
+        if self.local_only and not self.subscribers:
+            return
+        if len(self.updates) >= QUEUE_LIMIT:
+            self.dropped += 1
+            LIVE_DROPPED.labels("publish").inc()
+            return
+        self.updates.append({"id": entry_id, "outcome": outcome})
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
         if not self.flushing:
             self.flushing = True
             self.loop.call_later(FLUSH_SECONDS, self._start_flush)
@@ -212,9 +256,14 @@ class Feed:
 
     async def _flush(self) -> None:
         try:
-            while self.pending:
+            while self.pending or self.updates:
                 batch, self.pending = self.pending, []
-                await self._send_batch(batch)
+                updates, self.updates = self.updates, []
+                if batch:
+                    await self._send_batch(batch)
+                if updates:  # after the entries they update
+                    message = {"type": "live.updates", "updates": updates}
+                    await self.send_to_groups({group_name("control"): message})
         finally:
             self.flushing = False
 
@@ -225,11 +274,11 @@ class Feed:
         limit = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
         for entry_id, entry in batch:
             event = entry_event(entry_id, entry, created_at, limit)
-            groups[ALL].append(event)
+            groups[group_name("all")].append(event)
             groups[session_group(event["session"] or "")].append(event)
             groups[agent_type_group(event["agent_type"] or "")].append(event)
             if is_fallback(event):
-                groups[FALLBACKS].append(event)
+                groups[group_name("fallbacks")].append(event)
         await self.send_to_groups(
             {g: {"type": "live.entries", "entries": e} for g, e in groups.items()}
         )
@@ -242,7 +291,7 @@ class Feed:
             try:
                 await layer.group_send(group, {**message, "group": group})
             except Exception as exc:
-                lost = len(message.get("entries", ())) or 1
+                lost = len(message.get("entries", message.get("updates", ()))) or 1
                 self.dropped += lost
                 LIVE_DROPPED.labels("publish").inc(lost)
                 self._lost(exc)
@@ -280,7 +329,7 @@ class Feed:
         assert layer is not None
         async with self.opening:  # one channel, though the receiver and a subscriber ask at once
             if self.channel is None:
-                self.channel = await layer.new_channel(PREFIX + "live.")
+                self.channel = await layer.new_channel(prefix() + ".live.")
         await layer.group_add(group, self.channel)
         self.joined.add(group)
 
@@ -292,7 +341,7 @@ class Feed:
             try:
                 if self.channel is None or not self.available or self.loop.time() >= rejoin_at:
                     self.joined.clear()
-                    for group in (CONTROL, *self.subscribers):
+                    for group in (group_name("control"), *self.subscribers):
                         await self._join(group)
                     rejoin_at = self.loop.time() + REJOIN_SECONDS
                     self._set_available(True)
@@ -326,6 +375,9 @@ class Feed:
             self._tell_all({"type": "session_reset", "session": message.get("session")})
         elif kind == "live.ruleset":
             self._tell_all({"type": "ruleset", "version": message.get("version")})
+        elif kind == "live.updates":
+            for update in message.get("updates", ()):
+                self._tell_all({"type": "update", **update})
 
     def _tell_all(self, event: dict[str, Any]) -> None:
         for subscriptions in self.subscribers.values():
@@ -376,6 +428,11 @@ def publish_from_thread(entry_id: int, entry: Entry) -> None:
     _on_serving_loop(lambda live: live.publish(entry_id, entry))
 
 
+def publish_update_from_thread(entry_id: int, outcome: str) -> None:
+    """``publish_update`` from a thread (its mark has committed): on the serving loop."""
+    _on_serving_loop(lambda live: live.publish_update(entry_id, outcome))
+
+
 def announce_session_reset(session: str, entry_ids: list[int]) -> None:
     """Tell every worker that ``session`` started afresh: its open streams end at once."""
     _announce({"type": "live.reset", "session": session, "entries": entry_ids})
@@ -388,14 +445,14 @@ def announce_ruleset(version: int) -> None:
 
 def _announce(message: dict[str, Any]) -> None:
     if _on_serving_loop(
-        lambda live: live.loop.create_task(live.send_to_groups({CONTROL: message}))
+        lambda live: live.loop.create_task(live.send_to_groups({group_name("control"): message}))
     ):
         return
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         return  # no loop of this process listens, and no other process could
     try:  # a command's process, beside the workers: straight to the layer
-        async_to_sync(layer.group_send)(CONTROL, message)
+        async_to_sync(layer.group_send)(group_name("control"), message)
     except Exception as exc:
         log.warning("could not announce on the channel layer: %s", exc)
 

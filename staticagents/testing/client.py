@@ -22,6 +22,7 @@ test process, beside any other Django project.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -51,6 +52,7 @@ __all__ = [
     "NoMatchingRequest",
     "RecordedRequest",
     "Reply",
+    "RulesetNotReached",
     "ServiceUnreachable",
     "SessionReset",
     "StaticAgentsClient",
@@ -86,6 +88,17 @@ class NoMatchingRequest(StaticAgentsError):
         else:
             lines.append("no request arrived in the session")
         super().__init__("\n".join(lines))
+
+
+class RulesetNotReached(StaticAgentsError):
+    """``wait_for_ruleset`` timed out; ``version`` is the one the ruleset is at."""
+
+    def __init__(self, wanted: int, timeout: float, version: int) -> None:
+        self.version = version
+        super().__init__(
+            f"the ruleset did not reach version {wanted} within {timeout:g} s"
+            f" (it is at version {version})"
+        )
 
 
 class ServiceUnreachable(StaticAgentsError):
@@ -692,22 +705,68 @@ class StaticAgentsClient:
         live journal (``/control/journal/live``) is followed, then what arrives.
         Raises ``NoMatchingRequest`` listing what did arrive.
         """
-        from websockets.exceptions import WebSocketException
-        from websockets.sync.client import connect
-
         key = None if every_session else (session or self._session)
         params = {
             "session": key,
             "agent_type": filters.get("agent_type"),
             "outcome": filters.get("outcome"),
         }
+        wanted = _describe_wanted(predicate, filters)
+        deadline = time.monotonic() + timeout
+        with self._following(params, timeout) as receive:
+            arrived = self.requests(session, every_session=every_session, **filters)
+            for entry in arrived:
+                if predicate is None or predicate(entry):
+                    return entry
+            seen = {entry.id for entry in arrived}
+            while (event := receive(deadline)) is not None:
+                if event.get("type") != "entry" or event["entry"]["id"] in seen:
+                    continue
+                entry = RecordedRequest.from_json(event["entry"])
+                seen.add(entry.id)
+                if _kept(entry, filters):
+                    arrived.append(entry)
+                    if predicate is None or predicate(entry):
+                        return entry
+        raise NoMatchingRequest(wanted, timeout, arrived)
+
+    def wait_for_ruleset(self, version: int | None = None, *, timeout: float = 10.0) -> int:
+        """Wait until the ruleset is at ``version`` or later (None: the next change after
+        this call), up to ``timeout`` seconds; the version it is at. For a test whose
+        rules are installed by someone else (a CI step, another process, the admin).
+
+        Follows the ruleset announcements of the live journal, so nothing is polled;
+        a version reached before the call counts. Raises ``RulesetNotReached``.
+        """
+        deadline = time.monotonic() + timeout
+        # This client's session only: the socket carries its entries, few or none.
+        with self._following({"session": self._session}, timeout) as receive:
+            page = self._send("GET", "/versions", "reading the versions", params={"page_size": "1"})
+            newest = page.json().get("results") or [{"number": 0}]
+            current = int(newest[0]["number"])
+            wanted = current + 1 if version is None else version
+            while current < wanted:
+                event = receive(deadline)
+                if event is None:
+                    raise RulesetNotReached(wanted, timeout, current)
+                if event.get("type") == "ruleset" and isinstance(event.get("version"), int):
+                    current = max(current, event["version"])
+        return current
+
+    @contextlib.contextmanager
+    def _following(
+        self, params: Mapping[str, str | bool | None], timeout: float
+    ) -> Iterator[Callable[[float], dict[str, Any] | None]]:
+        """The live journal followed with ``params`` (once subscribed): a function giving
+        its next event, or None once the ``time.monotonic()`` deadline it is given passed."""
+        from websockets.exceptions import WebSocketException
+        from websockets.sync.client import connect
+
         query = urlencode({k: v for k, v in params.items() if isinstance(v, str)})
         url = f"{self.base_url.replace('http', 'ws', 1)}/control/journal/live?{query}"
         secure = _tls_context() if url.startswith("wss:") else None
         token = self._http.headers.get("Authorization")
         headers = {"Authorization": token} if token else {}
-        wanted = _describe_wanted(predicate, filters)
-        deadline = time.monotonic() + timeout
         try:
             with connect(
                 url, additional_headers=headers, ssl=secure, open_timeout=timeout, max_size=None
@@ -719,29 +778,22 @@ class StaticAgentsClient:
                         int(first.get("status") or 0),
                         [ErrorDetail(path="", message=str(first.get("message", first)))],
                     )
-                arrived = self.requests(session, every_session=every_session, **filters)
-                for entry in arrived:
-                    if predicate is None or predicate(entry):
-                        return entry
-                seen = {entry.id for entry in arrived}
-                while (left := deadline - time.monotonic()) > 0:
+
+                def receive(deadline: float) -> dict[str, Any] | None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
                     try:
-                        event = json.loads(socket.recv(timeout=left))
+                        event: dict[str, Any] = json.loads(socket.recv(timeout=left))
                     except TimeoutError:
-                        break
-                    if event.get("type") != "entry" or event["entry"]["id"] in seen:
-                        continue
-                    entry = RecordedRequest.from_json(event["entry"])
-                    seen.add(entry.id)
-                    if _kept(entry, filters):
-                        arrived.append(entry)
-                        if predicate is None or predicate(entry):
-                            return entry
+                        return None
+                    return event
+
+                yield receive
         except (OSError, WebSocketException) as exc:
             raise ServiceUnreachable(
                 f"cannot follow the journal at {self.base_url}: {exc or type(exc).__name__}"
             ) from exc
-        raise NoMatchingRequest(wanted, timeout, arrived)
 
     def expect_request(
         self,

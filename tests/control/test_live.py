@@ -89,6 +89,8 @@ async def test_filters_choose_the_session_and_the_fallbacks(service: str) -> Non
         ({}, {"Authorization": "Bearer wrong"}, 4401),
         ({"token": CONTROL_TOKEN, "colour": "red"}, {}, 4400),
         ({"token": CONTROL_TOKEN, "outcome": "happy"}, {}, 4400),
+        ({"token": CONTROL_TOKEN, "ruleset": "true", "session": "s"}, {}, 4400),
+        ({"token": CONTROL_TOKEN, "ruleset": "maybe"}, {}, 4400),
     ],
 )
 async def test_a_socket_without_credentials_or_with_a_bad_filter_is_refused(
@@ -186,17 +188,37 @@ def staff_cookie(*permissions: str) -> str:
         (("view_journalentry",), True, "subscribed"),
         ((), True, 4403),
         (("view_journalentry",), False, 4401),  # another site's page: its cookie counts not
+        (("view_rule",), True, 4403),
     ],
 )
 async def test_a_staff_session_follows_with_the_journal_permission_from_the_same_host(
     service: str, permissions: tuple[str, ...], same_origin: bool, expected: str | int
+) -> None:
+    await follow_as_staff(service, permissions, same_origin, expected, {})
+
+
+@pytest.mark.parametrize(
+    ("permissions", "expected"), [(("view_rule",), "subscribed"), (("view_journalentry",), 4403)]
+)
+async def test_the_ruleset_alone_is_followed_with_the_rules_view_permission(
+    service: str, permissions: tuple[str, ...], expected: str | int
+) -> None:
+    await follow_as_staff(service, permissions, True, expected, {"ruleset": "true"})
+
+
+async def follow_as_staff(
+    service: str,
+    permissions: tuple[str, ...],
+    same_origin: bool,
+    expected: str | int,
+    params: dict[str, str],
 ) -> None:
     from asgiref.sync import sync_to_async
 
     cookie = await sync_to_async(staff_cookie)(*permissions)
     origin = service if same_origin else "http://elsewhere.example"
     headers = {"Cookie": cookie, "Origin": origin}
-    async with connect(socket_url(service), additional_headers=headers) as socket:
+    async with connect(socket_url(service, **params), additional_headers=headers) as socket:
         event = await next_event(socket)
         if expected == "subscribed":
             assert event["type"] == "subscribed"
@@ -220,3 +242,57 @@ async def test_a_session_reset_ends_its_websocket_reply_with_its_done_event(serv
     assert events[-1]["type"] == "done"
     text = "".join(e["text"] for e in events if e["type"] == "delta")
     assert text.split() == ["word"] * 40
+
+
+async def test_an_outcome_changed_later_reaches_subscribers_as_an_update(service: str) -> None:
+    """A stream the client leaves is marked ``cancelled`` after its entry was published."""
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "slowly"}]}
+    headers = {"X-Static-Session": "leaves"}
+    async with connect(socket_url(service, token=CONTROL_TOKEN, session="leaves")) as socket:
+        await next_event(socket, "subscribed")
+        async with (
+            httpx.AsyncClient(base_url=service, timeout=30) as client,
+            client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response,
+        ):
+            await anext(response.aiter_lines())
+        entry = (await next_event(socket, "entry"))["entry"]
+        update = await next_event(socket, "update")
+    assert entry["outcome"] == "answered"
+    assert update == {"type": "update", "id": entry["id"], "outcome": "cancelled"}
+
+
+def test_the_prefix_is_the_setting_or_a_hash_of_the_default_database(settings: Any) -> None:
+    from django.db import connections
+
+    db = connections["default"].settings_dict
+    derived = live.prefix()
+    assert derived.startswith("sa-") and len(derived) == 15
+    assert live.session_group("k").startswith(derived + ".session.")
+    original = db["NAME"]
+    try:
+        db["NAME"] = "another-database"
+        assert live.prefix() != derived
+    finally:
+        db["NAME"] = original
+    settings.STATIC_AGENTS_LIVE_PREFIX = "staging-1"
+    assert live.prefix() == "staging-1"
+    assert live.Filters().group() == "staging-1.all"
+    assert live.Filters(fallbacks=True).group() == "staging-1.fallbacks"
+
+
+async def test_a_ruleset_subscriber_gets_versions_and_no_entries(
+    service: str, load_rules: Callable[[Any], Any]
+) -> None:
+    control = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
+    async with connect(socket_url(service, token=CONTROL_TOKEN, ruleset="true")) as socket:
+        assert (await next_event(socket))["filters"] == {"ruleset": True}
+        await asyncio.to_thread(chat, service, "hello there", "unseen")
+        patched = await asyncio.to_thread(
+            httpx.patch,
+            f"{service}/control/rules/greet",
+            headers=control,
+            json={"response": {"content": "hello again"}},
+        )
+        assert patched.status_code == 200, patched.text
+        event = await next_event(socket)  # the entry came first, and was not sent
+    assert event["type"] == "ruleset"

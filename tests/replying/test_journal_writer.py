@@ -23,6 +23,7 @@ from django.test.utils import isolate_apps
 
 from staticagents.models import JournalEntry
 from staticagents.replying import journal as journal_module
+from staticagents.replying import live
 from staticagents.replying.journal import JournalWriter
 from staticagents.settings import database_config
 
@@ -435,3 +436,44 @@ def test_columns_of_any_type_are_stored_as_django_stores_them(
     finally:
         with connections[using].schema_editor() as editor:
             editor.delete_model(probe_model)
+
+
+async def next_update(subscription: live.Subscription) -> dict[str, Any]:
+    while True:
+        for event in await asyncio.wait_for(subscription.next_events(), 5):
+            if event["type"] == "update":
+                return event
+
+
+def test_a_mark_once_written_reaches_the_live_journal_as_an_update(
+    writer: JournalWriter,
+) -> None:
+    async def run() -> tuple[int | None, dict[str, Any]]:
+        pk = await writer.record(entry("streamed"))
+        async with live.feed().subscribed(live.Filters(session="elsewhere")) as subscription:
+            await writer.mark(pk, "cut_off")
+            return pk, await next_update(subscription)
+
+    pk, update = asyncio.run(run())
+    assert update == {"type": "update", "id": pk, "outcome": "cut_off"}
+
+
+def test_a_mark_held_back_reaches_the_live_journal_once_written(
+    sqlite_writer: JournalWriter, blocker: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module._LoopBackend, "HOLD_BACK_SECONDS", 0)
+    [pk] = record_one_by_one(sqlite_writer, [entry("before")])
+
+    async def run() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        async with live.feed().subscribed(live.Filters()) as subscription:
+            blocker.execute("BEGIN IMMEDIATE")  # an import's write lock
+            await sqlite_writer.mark(pk, "cancelled")
+            assert sqlite_writer.held_back() == 1
+            await asyncio.sleep(live.FLUSH_SECONDS * 5)
+            while_held = list(subscription.events)
+            blocker.execute("COMMIT")
+            return while_held, await next_update(subscription)
+
+    while_held, update = asyncio.run(run())
+    assert [event for event in while_held if event["type"] == "update"] == []
+    assert update == {"type": "update", "id": pk, "outcome": "cancelled"}

@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from staticagents.testing.client import NoMatchingRequest, StaticAgentsClient
+from staticagents.testing.client import NoMatchingRequest, RulesetNotReached, StaticAgentsClient
 from tests.conftest import CONTROL_TOKEN
 
 
@@ -97,3 +97,50 @@ def test_wait_for_applies_the_journal_filters(client: StaticAgentsClient) -> Non
     with pytest.raises(NoMatchingRequest):
         client.wait_for(dialect="anthropic", timeout=0.3)
     assert client.wait_for(dialect="openai", fallback=False).query == "a question"
+
+
+def change_later(client: StaticAgentsClient, after: threading.Event) -> threading.Thread:
+    """Someone else installs rules once ``after`` is set."""
+
+    def install() -> None:
+        after.wait(10)
+        with StaticAgentsClient(client.base_url, token=CONTROL_TOKEN) as other:
+            other.install({"rules": [{"name": "new", "response": {"content": "hi"}}]})
+
+    thread = threading.Thread(target=install, daemon=True)
+    thread.start()
+    return thread
+
+
+def newest_version(client: StaticAgentsClient) -> int:
+    versions = client._send("GET", "/versions", "").json()["results"]
+    return int(versions[0]["number"]) if versions else 0
+
+
+def test_wait_for_ruleset_returns_once_another_client_installs(
+    client: StaticAgentsClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    go = threading.Event()
+    thread = change_later(client, go)
+    before = newest_version(client)
+    read = client._send
+
+    def then_let_the_install_go(*args: Any, **kwargs: Any) -> Any:
+        response = read(*args, **kwargs)
+        if args[1] == "/versions":  # the version is read: the change can only be announced
+            go.set()
+        return response
+
+    monkeypatch.setattr(client, "_send", then_let_the_install_go)
+    reached = client.wait_for_ruleset(timeout=10)
+    thread.join(10)
+    assert reached == before + 1 == newest_version(client)
+
+
+def test_wait_for_ruleset_counts_a_version_reached_before_the_call_and_times_out(
+    client: StaticAgentsClient,
+) -> None:
+    current = newest_version(client)
+    assert client.wait_for_ruleset(current, timeout=1) == current
+    with pytest.raises(RulesetNotReached, match=f"version {current + 1} within 0.5 s"):
+        client.wait_for_ruleset(timeout=0.5)

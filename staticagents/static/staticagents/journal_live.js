@@ -1,5 +1,7 @@
 // The admin's journal list, followed live: each new entry is put at the top of the list,
-// if it passes the list's filters, over /control/journal/live (the admin's session).
+// if it passes the list's filters, and a listed entry whose outcome changes later (a
+// stream cancelled or cut off) shows its new outcome, over /control/journal/live (the
+// admin's session).
 "use strict";
 (function () {
   const box = document.getElementById("journal-live");
@@ -77,11 +79,22 @@
     body.insertBefore(row, body.firstChild);
   }
 
+  function update(id, outcome) {
+    for (const link of document.querySelectorAll("#result_list tbody th a")) {
+      if (link.getAttribute("href").endsWith("/" + id + "/change/")) {
+        const row = link.closest("tr");
+        const shown = row.querySelector("td.field-outcome_label");
+        if (shown) shown.textContent = outcome;
+      }
+    }
+  }
+
   function connect() {
     socket = new WebSocket(socketUrl());
     socket.onmessage = function (message) {
       const event = JSON.parse(message.data);
       if (event.type === "entry") show(event.entry);
+      else if (event.type === "update") update(event.id, event.outcome);
       else if (event.type === "subscribed") state.textContent = event.available ? "(live)" : "(unavailable)";
       else if (event.type === "unavailable") state.textContent = "(unavailable: reconnecting)";
       else if (event.type === "available") state.textContent = "(live)";
