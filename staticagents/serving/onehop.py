@@ -18,6 +18,7 @@ from django.core.handlers.base import BaseHandler
 from django.http import HttpResponseBase
 from django.urls import set_script_prefix
 
+from staticagents.control.lean import lean_response
 from staticagents.replying.database import ConnectionThreads
 from staticagents.serving.guards import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,7 +52,13 @@ class OneHopDjango:
         await send({"type": "http.response.body", "body": content})
 
     def respond(self, scope: Scope, body: bytes) -> tuple[Message, bytes]:
-        """Run the request through Django, on this thread; the response's start and body."""
+        """Run the request through Django, on this thread; the response's start and body.
+        The testing kit's plain calls skip Django's middleware and DRF (``control.lean``)."""
+        lean = lean_response(scope, body)
+        return lean if lean is not None else self.through_django(scope, body)
+
+    def through_django(self, scope: Scope, body: bytes) -> tuple[Message, bytes]:
+        """The request through Django's middleware and view, on this thread."""
         set_script_prefix(scope.get("root_path", "") or "/")
         request = ASGIRequest(scope, io.BytesIO(body))
         response: HttpResponseBase = self.handler.get_response(request)
