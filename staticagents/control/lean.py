@@ -6,8 +6,9 @@ Every kit test makes two control calls: ``PUT /control/sessions/{key}`` (a
 the URL resolver, content negotiation, the filter serializer's deep copy and
 the paginator (about half of a journal read's CPU time, bench/README.md).
 
-``lean_response`` answers the plain, well-formed case of the script install and
-the journal read itself, with the views' own functions, and returns None for
+``lean_response`` answers the plain, well-formed case of the script install, of
+the same fixture again (``?session=``; ``views.LastReplace``) and of the journal
+read itself, with the views' own functions, and returns None for
 anything else: another authentication (a staff session), a bad or missing
 token, an odd key, host or Accept header, an unknown parameter, a body the
 views would refuse, a journal longer than one page. Those take the full path,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, MutableMapping
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -32,6 +34,7 @@ from staticagents.control.views import (
     JSONBodyParser,
     body_truncated,
     control_token_matches,
+    last_replace,
     script_document,
 )
 from staticagents.replying.snapshot import active_ruleset
@@ -42,6 +45,7 @@ Message = dict[str, Any]
 
 SESSION_PATH = re.compile(r"^/control/sessions/(?P<key>[-A-Za-z0-9_.:]{1,200}?)/?$")
 JOURNAL_PATH = re.compile(r"^/control/journal/?$")
+FIXTURE_PATH = re.compile(r"^/control/fixture/?$")
 # A session key as a query parameter: what the kit makes, and nothing DRF's CharField
 # would trim or refuse.
 SESSION_KEY = re.compile(r"^[-A-Za-z0-9_.:]{1,200}$")
@@ -64,6 +68,9 @@ def lean_response(scope: MutableMapping[str, Any], body: bytes) -> tuple[Message
             lambda headers: _install_script(found["key"], body, headers.get(b"content-type", b"")),
             "GET, PUT, DELETE",
         )
+    if method == "PUT" and FIXTURE_PATH.match(path):
+        answer = lambda headers: _same_fixture(scope, body)  # noqa: E731
+        return _guarded(scope, body, answer, "GET, POST, PUT")
     if method == "GET" and JOURNAL_PATH.match(path):
         return _guarded(scope, body, lambda headers: _journal(scope), "GET, DELETE")
     return None
@@ -106,6 +113,20 @@ def _install_script(key: str, body: bytes, content_type: bytes) -> dict[str, Any
     reset = reset_session(session=key, script=script)
     active_ruleset()  # as the view: this process's snapshot takes the script now
     return {"session": key, **reset}
+
+
+def _same_fixture(scope: MutableMapping[str, Any], body: bytes) -> dict[str, Any] | None:
+    """The fixture this process last replaced the rules with, again: only the session's
+    fresh start (``?session=``) is left to do, as in the view."""
+    params = _query(scope["query_string"])
+    if params is None or set(params) != {"session"} or not SESSION_KEY.match(params["session"]):
+        return None
+    result = last_replace.unchanged(body)
+    if result is None:
+        return None
+    reset_session(session=params["session"])
+    active_ruleset()
+    return asdict(result)
 
 
 def _journal(scope: MutableMapping[str, Any]) -> dict[str, Any] | None:

@@ -18,7 +18,6 @@ from django.core.handlers.base import BaseHandler
 from django.http import HttpResponseBase
 from django.urls import set_script_prefix
 
-from staticagents.control.lean import lean_response
 from staticagents.replying.database import ConnectionThreads
 from staticagents.serving.guards import ASGIApp, Message, Receive, Scope, Send
 
@@ -54,6 +53,9 @@ class OneHopDjango:
     def respond(self, scope: Scope, body: bytes) -> tuple[Message, bytes]:
         """Run the request through Django, on this thread; the response's start and body.
         The testing kit's plain calls skip Django's middleware and DRF (``control.lean``)."""
+        # Imported here: the control views would otherwise load before the first reply.
+        from staticagents.control.lean import lean_response
+
         lean = lean_response(scope, body)
         return lean if lean is not None else self.through_django(scope, body)
 

@@ -159,3 +159,32 @@ def test_a_staff_session_takes_the_views_path(hop: Any, django_user_model: Any) 
     assert lean[0]["status"] == 403  # a staff user without the journal's permission
     put = scope("PUT", "/control/sessions/mine", body=SCRIPT, cookie=cookie, authorization=TOKEN)
     assert lean_response(put, SCRIPT) is None
+
+
+FIXTURE = json.dumps(
+    {"rules": [{"name": "greet", "match": {"contains": "hello"}, "response": {"content": "Hi"}}]}
+).encode()
+
+
+def test_the_same_fixture_again_is_the_views_own(hop: Any) -> None:
+    put = scope("PUT", "/control/fixture", b"session=mine", body=FIXTURE, authorization=TOKEN)
+    assert lean_response(put, FIXTURE) is None  # a first replace: the view's work
+    first = json.loads(hop.respond(put, FIXTURE)[1])
+    assert first["created"] == 1
+    entry("mine", "before the fixture")
+    lean = hop.respond(put, FIXTURE)
+    entry("mine", "before the fixture")
+    same(lean, hop.through_django(put, FIXTURE))
+    assert json.loads(lean[1])["unchanged"] == 1
+    assert not JournalEntry.objects.filter(session="mine").exists()  # started afresh
+    for query in (b"", b"session=mine&dry_run=1", b"session=%20"):
+        other = scope("PUT", "/control/fixture", query, body=FIXTURE, authorization=TOKEN)
+        assert lean_response(other, FIXTURE) is None
+    changed = FIXTURE.replace(b"Hi", b"Hello")
+    assert (
+        lean_response(
+            scope("PUT", "/control/fixture", b"session=mine", body=changed, authorization=TOKEN),
+            changed,
+        )
+        is None
+    )
