@@ -58,10 +58,8 @@ def lean_response(scope: MutableMapping[str, Any], body: bytes) -> tuple[Message
     if scope.get("root_path") or scope.get("query_string", b"").count(b"%"):
         return None
     method, path = scope["method"], scope["path"]
-    if method == "PUT":
-        found = SESSION_PATH.match(path)
-        if found is None:
-            return None
+    found = SESSION_PATH.match(path) if method == "PUT" else None
+    if found is not None:
         return _guarded(
             scope,
             body,

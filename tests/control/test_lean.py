@@ -172,6 +172,8 @@ def test_the_same_fixture_again_is_the_views_own(hop: Any) -> None:
     first = json.loads(hop.respond(put, FIXTURE)[1])
     assert first["created"] == 1
     entry("mine", "before the fixture")
+    assert lean_response(put, FIXTURE) is not None  # served lean (the session started afresh)
+    entry("mine", "before the fixture")
     lean = hop.respond(put, FIXTURE)
     entry("mine", "before the fixture")
     same(lean, hop.through_django(put, FIXTURE))
