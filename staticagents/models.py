@@ -388,11 +388,12 @@ class SessionScript(models.Model):
 
     def document(self) -> dict[str, Any]:
         """The script as a rule document (no match: every request of the session)."""
-        return {
-            "name": self.RULE_NAME,
-            "responses": list(self.responses),
-            "on_exhausted": self.on_exhausted,
-        }
+        return self.rule_document(self.responses, self.on_exhausted)
+
+    @classmethod
+    def rule_document(cls, responses: list[Any], on_exhausted: str) -> dict[str, Any]:
+        """A script's rule document from its stored columns (read without the model)."""
+        return {"name": cls.RULE_NAME, "responses": list(responses), "on_exhausted": on_exhausted}
 
 
 class JournalEntry(models.Model):

@@ -119,9 +119,13 @@ def _rule_documents(pks: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
         yield row["id"], Rule.document_of(row, responses.get(row["id"], []))
 
 
-def stored_scripts() -> dict[str, dict[str, Any]]:
-    """Every session's script, as a rule document, by session key."""
-    return {script.session: script.document() for script in SessionScript.objects.order_by("id")}
+def stored_scripts() -> dict[str, tuple[int, dict[str, Any]]]:
+    """Every session's script, by session key: its row's id and its rule document."""
+    fields = ("id", "session", "responses", "on_exhausted")
+    return {
+        session: (row, SessionScript.rule_document(responses, end))
+        for row, session, responses, end in SessionScript.objects.values_list(*fields)
+    }
 
 
 def session_script(session: str) -> dict[str, Any] | None:

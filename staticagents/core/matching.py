@@ -295,17 +295,39 @@ def compile_ruleset(
 
 
 def compile_scripts(
-    scripts: Mapping[str, Mapping[str, Any]], *, window: int = DEFAULT_MATCH_WINDOW
+    scripts: Mapping[str, tuple[int, Mapping[str, Any]]],
+    *,
+    window: int = DEFAULT_MATCH_WINDOW,
+    previous: Mapping[str, CompiledRule] | None = None,
 ) -> dict[str, CompiledRule]:
-    """Each session's script (a rule document without ``match``), compiled.
+    """Each session's script (its stored row's id and a rule document without ``match``),
+    compiled; a session whose script is the one in ``previous`` (an earlier snapshot's)
+    keeps that compiled form, so a new script compiles itself alone.
 
-    Every script gets a negative position of its own: positions key what a snapshot
-    renders once per response (``core.replies``), and no rule has a negative one.
+    A script's position is its row's id, negated: positions key what a snapshot renders
+    once per response (``core.replies``), no rule has a negative one, and a script
+    ending elsewhere moves no other.
     """
-    return {
-        session: compile_rule(document, position=-1 - index, window=window)
-        for index, (session, document) in enumerate(scripts.items())
-    }
+    previous = previous or {}
+    compiled = {}
+    for session, (row, document) in scripts.items():
+        kept = previous.get(session)
+        if kept is None or not _same_script(kept, document):
+            kept = compile_rule(document, position=-row, window=window)
+        elif kept.position != -row:
+            kept = replace(kept, position=-row)
+        compiled[session] = kept
+    return compiled
+
+
+def _same_script(compiled: CompiledRule, document: Mapping[str, Any]) -> bool:
+    """Whether ``compiled`` is the script ``document`` compiles to (a script has no
+    match: its name, responses and end are all there is)."""
+    return (
+        compiled.name == document.get("name")
+        and compiled.on_exhausted == document.get("on_exhausted", "repeat_last")
+        and compiled.responses == tuple(document.get("responses") or ())
+    )
 
 
 TIMED_TEXTS = ("any", "non-ascii", "surrogates")  # strongest first; else "none"

@@ -188,7 +188,8 @@ def build_ruleset(
     # One consistent read (never half an old fixture), taking no write lock.
     with one_snapshot():
         stamp = ruleset_stamp()
-        scripts = compile_scripts(stored_scripts(), window=window)
+        kept = previous.scripts if previous is not None else None
+        scripts = compile_scripts(stored_scripts(), window=window, previous=kept)
         if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
             if sizing is not None:
                 sizing(0)

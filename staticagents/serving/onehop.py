@@ -51,7 +51,16 @@ class OneHopDjango:
         await send({"type": "http.response.body", "body": content})
 
     def respond(self, scope: Scope, body: bytes) -> tuple[Message, bytes]:
-        """Run the request through Django, on this thread; the response's start and body."""
+        """Run the request through Django, on this thread; the response's start and body.
+        The testing kit's plain calls skip Django's middleware and DRF (``control.lean``)."""
+        # Imported here: the control views would otherwise load before the first reply.
+        from staticagents.control.lean import lean_response
+
+        lean = lean_response(scope, body)
+        return lean if lean is not None else self.through_django(scope, body)
+
+    def through_django(self, scope: Scope, body: bytes) -> tuple[Message, bytes]:
+        """The request through Django's middleware and view, on this thread."""
         set_script_prefix(scope.get("root_path", "") or "/")
         request = ASGIRequest(scope, io.BytesIO(body))
         response: HttpResponseBase = self.handler.get_response(request)

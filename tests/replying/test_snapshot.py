@@ -100,6 +100,28 @@ def test_a_session_script_compiles_no_rule_and_answers_only_its_session(ten_rule
     assert compiled() == before
 
 
+def test_a_new_script_compiles_alone_and_the_others_stay_as_they_were(db: None) -> None:
+    def script(content: str) -> dict[str, Any]:
+        return {"name": "replies", "responses": [{"content": content}], "on_exhausted": "error"}
+
+    for key in ("first", "second", "third"):
+        reset_session(session=key, script=script(key))
+    before = active_ruleset().scripts
+    reset_session(session="first")  # ends, moving no other script
+    reset_session(session="second", script=script("second, again"))  # the same session anew
+    reset_session(session="fourth", script=script("fourth"))
+
+    after = active_ruleset().scripts
+    assert set(after) == {"second", "third", "fourth"}
+    assert after["third"] is before["third"]  # kept, not compiled again
+    assert after["second"] is not before["second"]
+    assert after["second"].responses == ({"content": "second, again"},)
+    assert len({rule.position for rule in after.values()}) == 3
+    assert all(rule.position < 0 for rule in after.values())
+    answer = match_inquiry(active_ruleset(), Inquiry(query="x", session="fourth"))
+    assert answer is not None and answer.responses == ({"content": "fourth"},)
+
+
 def test_rules_that_come_back_are_not_compiled_again(ten_rules: None) -> None:
     before = compiled()
     import_fixture(document=rules("alone"))  # a test's own rules, between the demo's
