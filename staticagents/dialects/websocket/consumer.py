@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
+from channels.generic.websocket import AsyncWebsocketConsumer
 from django.urls import path, re_path
 
 from staticagents.conf import settings
