@@ -1,7 +1,7 @@
 """Our own share of a reply: the ASGI app driven in process, with no HTTP server.
 
     python -m bench.inprocess [--requests 20000] [--concurrency 32] [--rounds 5]
-                              [--route chat|responses|gemini|embeddings]
+                              [--route chat|responses|gemini|embeddings|adk-run|adk-run-sse]
 
 The replies benchmark measures the service under uvicorn, where the server's own
 work (parsing HTTP, the socket writes) is in every figure. This one drives
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import tempfile
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 Message = dict[str, Any]
+_NUMBERS = itertools.count(1)  # "{n}" in a body: unique across the rounds of a process
 
 
 # The replies benchmark's question, to each route it measures.
@@ -34,7 +36,14 @@ ROUTES = {
     "responses": "/v1/responses",
     "gemini": "/v1beta/models/static:generateContent",
     "embeddings": "/v1/embeddings",
+    "adk-run": "/run",
+    "adk-run-sse": "/run_sse",
 }
+# ADK runs: a new session each request (as bench.surfaces sends them), "{n}" numbered.
+ADK_RUN = (
+    b'{"appName": "router", "userId": "bench", "sessionId": "s-{n}", '
+    b'"newMessage": {"role": "user", "parts": [{"text": "QUESTION"}]}STREAMING}'
+)
 
 
 def request_scope(body: bytes, path: str = ROUTES["chat"]) -> dict[str, Any]:
@@ -90,9 +99,12 @@ async def drive(
     """Thread CPU seconds for ``requests`` replies from ``concurrency`` coroutines."""
     loop = asyncio.get_running_loop()
 
+    numbered = b"{n}" in body
+
     async def one() -> None:
         # Like a server's: the body at once; then, once the response is complete,
         # the disconnect (which a watcher started by a slow answer waits for).
+        this = body.replace(b"{n}", b"%d" % next(_NUMBERS)) if numbered else body
         sent: list[Message] = []
         delivered = False
         complete: asyncio.Future[None] | None = None
@@ -101,7 +113,7 @@ async def drive(
             nonlocal delivered, complete
             if not delivered:
                 delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
+                return {"type": "http.request", "body": this, "more_body": False}
             if not (sent and sent[-1]["type"] == "http.response.body"):
                 complete = loop.create_future()
                 await complete
@@ -113,7 +125,7 @@ async def drive(
             if ends and complete is not None and not complete.done():
                 complete.set_result(None)
 
-        await app(request_scope(body, path), receive, send)
+        await app(request_scope(this, path), receive, send)
         if sent[0]["status"] != 200:
             raise RuntimeError(f"the reply failed: {sent}")
 
@@ -135,6 +147,11 @@ def route_body(route: str, scratch: Path) -> bytes:
         return gemini_body(scratch).read_bytes()
     if route == "embeddings":
         return embeddings_body(scratch).read_bytes()
+    if route.startswith("adk-"):
+        from bench.surfaces import QUESTION
+
+        streaming = b', "streaming": true' if route == "adk-run-sse" else b""
+        return ADK_RUN.replace(b"QUESTION", QUESTION.encode()).replace(b"STREAMING", streaming)
     return request_bodies(scratch)[0].read_bytes()
 
 

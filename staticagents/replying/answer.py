@@ -14,6 +14,7 @@ import hashlib
 import sqlite3
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -35,7 +36,7 @@ from staticagents.core.values import value_class
 from staticagents.models import SessionCounter
 from staticagents.proxying.record import arecord, record
 from staticagents.replying.database import ConnectionThreads, connect_sqlite, sqlite_file
-from staticagents.replying.journal import journal
+from staticagents.replying.journal import Job, journal
 from staticagents.replying.proxied import Proxied, aproxied_reply, proxied_reply
 from staticagents.replying.snapshot import active_ruleset, current_ruleset
 
@@ -78,24 +79,26 @@ async def aanswer_inquiry(
     route: str,
     body: bytes | str = b"",
     ruleset: Ruleset | None = None,
+    then: Callable[[Reply], Job | None] | None = None,
 ) -> Answer:
     """The same as ``answer_inquiry``, for the event loop.
 
     The stamp read and the journal insert are shared with other requests'
     (``current_ruleset``, ``journal.record``); only rules with session state take
     a database transaction of their own. ``ruleset`` is the snapshot when the
-    caller has just read it for this request.
+    caller has just read it for this request. ``then(reply)`` may give a job to
+    commit with the journal entry (``journal.record(entry, job=...)``).
     """
     started = time.perf_counter()
     if ruleset is None:
         ruleset = await current_ruleset()
     target = proxy_target(ruleset, inquiry)
     if target is not None and target.mode != RECORD_ON_MISS:
-        return await _aproxy(inquiry, target, route=route, body=body, started=started)
+        return await _aproxy(inquiry, target, route=route, body=body, started=started, then=then)
     deadline = ruleset.deadline(inquiry)
     rule = await amatch(ruleset, inquiry, deadline)
     if target is not None and rule is None:
-        return await _aproxy(inquiry, target, route=route, body=body, started=started)
+        return await _aproxy(inquiry, target, route=route, body=body, started=started, then=then)
     step = Step()
     if rule is not None and rule.stateful:
         advanced = loop_counters.advance(rule, inquiry) if _plain_sequence(rule) else None
@@ -104,12 +107,15 @@ async def aanswer_inquiry(
         else:
             step = await counter_threads.run(next_step, rule, inquiry)
     reply = build_reply(ruleset, inquiry, rule, step)
+    job = then(reply) if then is not None else None
     if not settings.STATIC_AGENTS_JOURNAL:
+        if job is not None:
+            await journal.run(job)
         return Answer(reply, None)
     entry = journal_entry(
         inquiry, reply, ruleset, route=route, body=body, started=started, deadline=deadline
     )
-    return Answer(reply, await journal.record(entry))
+    return Answer(reply, await journal.record(entry, job=job))
 
 
 async def amatch(ruleset: Ruleset, inquiry: Inquiry, deadline: Deadline) -> CompiledRule | None:
@@ -143,16 +149,25 @@ def _proxy(
 
 
 async def _aproxy(
-    inquiry: Inquiry, target: Target, *, route: str, body: bytes | str, started: float
+    inquiry: Inquiry,
+    target: Target,
+    *,
+    route: str,
+    body: bytes | str,
+    started: float,
+    then: Callable[[Reply], Job | None] | None = None,
 ) -> Answer:
     proxied = await aproxied_reply(inquiry, target)
     # Recorded before the reply is sent: a replay right after it finds the rule.
     if proxied.relayed is not None and target.records:
         await arecord(target.upstream, inquiry, proxied.relayed)
+    job = then(proxied.reply) if then is not None else None
     if not settings.STATIC_AGENTS_JOURNAL:
+        if job is not None:
+            await journal.run(job)
         return Answer(proxied.reply, None)
     entry = proxy_entry(inquiry, proxied, target, route=route, body=body, started=started)
-    return Answer(proxied.reply, await journal.record(entry))
+    return Answer(proxied.reply, await journal.record(entry, job=job))
 
 
 def proxy_entry(

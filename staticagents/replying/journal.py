@@ -4,6 +4,8 @@
 
 * ``await journal.record(entry)`` (the reply routes and the WebSocket consumer,
   on the event loop): insert the row, return its id once it is committed;
+  ``record(entry, job=job)`` runs a job (below) in the same round, so a request
+  whose reply also writes elsewhere (an ADK run's final event) commits once;
 * ``journal.record_now(entry)`` (code in a thread: DRF views, ADK runs, Galaxy
   chat turns): the same, on the thread's own Django connection, inside its
   transaction if it has one;
@@ -209,6 +211,14 @@ class _Job:
     job: Job
 
 
+@dataclass(frozen=True, slots=True)
+class _WithJob:
+    """An entry and a job for one round of the database thread (``record(entry, job=)``)."""
+
+    entry: Entry
+    job: Job
+
+
 class JournalWriter:
     """Writes the rows of ``model`` (the journal) to the database ``using`` (see the module doc)."""
 
@@ -220,7 +230,7 @@ class JournalWriter:
         self._cap = _Cap()
         self._tables: dict[tuple[str, str], _Table] = {}
         self._others: dict[tuple[type[models.Model], str, str], _Table] = {}
-        self._thread: RoundThread[Entry | _Mark | _Job, Any] = RoundThread(
+        self._thread: RoundThread[Entry | _Mark | _Job | _WithJob, Any] = RoundThread(
             self._serve_round, name="static-agents-journal", using=using
         )
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBackend | None] = (
@@ -229,17 +239,34 @@ class JournalWriter:
         # The loop asked for last, beside the weak mapping: a server runs one loop.
         self._last: tuple[asyncio.AbstractEventLoop, _LoopBackend | None] | None = None
 
-    async def record(self, entry: Entry) -> int | None:
+    async def record(self, entry: Entry, *, job: Job | None = None) -> int | None:
         """Insert ``entry``; its id, once it is committed (None: held back, see the module
-        doc)."""
+        doc). A ``job`` runs in the same round (in its savepoint): when it fails, the
+        entry is committed all the same and its error raised after."""
         note_entry(entry)
         backend = self._on_loop()
+        failed: _Failed | None = None
         if backend is not None:
-            pk = await backend.insert(entry)
-        else:
+            if job is None:
+                pk = await backend.insert(entry)
+            else:
+                # Queued in the same step, so the same round takes both (unless the
+                # rows are being held back: then the job goes first, on its own).
+                done = backend.run(job)
+                pk = await backend.insert(entry)
+                try:
+                    await done
+                except Exception as exc:
+                    failed = _Failed(exc)
+        elif job is None:
             pk = cast(int, await self._thread.submit(entry))
+        else:
+            pk, outcome = cast(tuple[int, Any], await self._thread.submit(_WithJob(entry, job)))
+            failed = outcome if isinstance(outcome, _Failed) else None
         if pk is not None:  # committed: the live journal may tell it (held back: once written)
             live.feed().publish(pk, entry)
+        if failed is not None:
+            raise failed.error
         return pk
 
     def held_back(self) -> int:
@@ -330,12 +357,16 @@ class JournalWriter:
             table = self._others[key] = _Table(model, db, placeholder)
         return table
 
-    def _serve_round(self, items: list[Entry | _Mark | _Job]) -> list[Any]:
+    def _serve_round(self, items: list[Entry | _Mark | _Job | _WithJob]) -> list[Any]:
         """One round of the database thread: every job, row and mark in one transaction."""
         db = connections[self.using]
-        entries = [item for item in items if not isinstance(item, _Mark | _Job)]
+        entries = [
+            item.entry if isinstance(item, _WithJob) else item
+            for item in items
+            if not isinstance(item, _Mark | _Job)
+        ]
         marks = [item for item in items if isinstance(item, _Mark)]
-        jobs = [item.job for item in items if isinstance(item, _Job)]
+        jobs = [item.job for item in items if isinstance(item, _Job | _WithJob)]
         with transaction.atomic(using=self.using):
             with db.cursor() as cursor:
                 done = iter(_run_jobs(Statements(db, cursor, "%s", self._any_table), jobs))
@@ -344,6 +375,8 @@ class JournalWriter:
         for item in items:
             if isinstance(item, _Job):
                 results.append(next(done))  # a _Failed one is raised by ``run``
+            elif isinstance(item, _WithJob):
+                results.append((next(ids), next(done)))  # in the order both lists were made
             else:
                 results.append(None if isinstance(item, _Mark) else next(ids))
         return results

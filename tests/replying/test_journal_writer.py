@@ -270,6 +270,60 @@ def test_jobs_run_together_with_rows_and_one_that_fails_undoes_only_its_own_work
     assert stored(writer) == sorted(expected)
 
 
+def test_a_job_given_with_an_entry_is_committed_in_the_entrys_transaction(
+    writer: JournalWriter,
+) -> None:
+    async def run() -> list[Any]:
+        return await asyncio.gather(
+            writer.record(entry("with a job"), job=insert_job("its job")),
+            writer.record({**entry("broken"), "query": None}, job=insert_job("broken's job")),
+            return_exceptions=True,
+        )
+
+    # Both in one round: the failing row fails the round, and with it both jobs' work.
+    outcomes = asyncio.run(run())
+    assert all(isinstance(outcome, IntegrityError) for outcome in outcomes)
+    assert stored(writer) == []
+
+    async def alone() -> int | None:
+        return await writer.record(entry("with a job"), job=insert_job("its job"))
+
+    pk = asyncio.run(alone())
+    assert [query for _, query, _ in stored(writer)] == ["its job", "with a job"]
+    assert stored(writer)[-1][0] == pk
+
+
+def test_a_failing_job_given_with_an_entry_undoes_its_work_and_raises_after_the_entry(
+    writer: JournalWriter,
+) -> None:
+    async def run() -> None:
+        await writer.record(entry("answered"), job=insert_job("broken", then_fail=True))
+
+    with pytest.raises(LookupError):
+        asyncio.run(run())
+    assert [query for _, query, _ in stored(writer)] == ["answered"]
+
+
+def test_an_entry_and_its_job_take_one_commit_on_the_loop(sqlite_writer: JournalWriter) -> None:
+    async def run() -> list[str]:
+        await sqlite_writer.record(entry("opens the loop's connection"))
+        [backend] = [b for b in sqlite_writer._loops.values() if b is not None]
+        statements: list[str] = []
+        backend.connection.set_trace_callback(statements.append)
+        await asyncio.gather(
+            *(sqlite_writer.record(entry(f"q{n}"), job=insert_job(f"job {n}")) for n in range(3))
+        )
+        backend.connection.set_trace_callback(None)
+        return statements
+
+    statements = asyncio.run(run())
+    assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == [
+        "BEGIN IMMEDIATE",
+        "COMMIT",
+    ]
+    assert len(stored(sqlite_writer)) == 7
+
+
 def test_run_now_runs_a_job_on_the_callers_connection(writer: JournalWriter) -> None:
     pk = writer.run_now(insert_job("now"))
     assert stored(writer) == [(pk, "now", "answered")]

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from django.urls import path
 
+from staticagents.core.replies import Reply
 from staticagents.core.timing import TimedFrame
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk import wire as adk
@@ -176,15 +177,26 @@ class RunRoute(AdkRoute):
         app = request.app_name or headers.get("x-agent-type", "").strip()
         if not app:
             raise RequestRejected(400, "app_name is required: name the agent type as appName")
-        work = start_run(request, app=app, headers=headers, route=self.scope["path"], body=body)
+        work = start_run(
+            request,
+            app=app,
+            headers=headers,
+            route=self.scope["path"],
+            body=body,
+            save_final=self.final_with_entry,
+        )
         run: Run = await self.answering(work, lambda run: run.answer.entry_id)
         return run
 
+    @staticmethod
+    def final_with_entry(reply: Reply) -> bool:
+        """Whether the final event is saved with the journal entry (one commit a run)."""
+        return True
+
     async def post(self, body: bytes) -> None:
         run = await self.begin(body)
-        event = adk.final_event(run.answer.reply, run.ids)
-        await journal.run(adk_sessions.append_events_job(run.session_pk, [event]))
-        await self.send_json(200, [event])
+        assert run.final is not None  # saved with the entry
+        await self.send_json(200, [run.final])
 
 
 class RunSseRoute(RunRoute):
@@ -192,15 +204,19 @@ class RunSseRoute(RunRoute):
 
     run_ids: adk.EventIds  # the run's, for a scripted fault's error event
 
+    @staticmethod
+    def final_with_entry(reply: Reply) -> bool:
+        # A stream due all at once is saved before it is sent; a paced one may be cut
+        # off, so its final event is known only at its end (``finish``).
+        return reply.fault is None and not paced(reply.timing)
+
     async def post(self, body: bytes) -> None:
         run = await self.begin(body)
         events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
         self.fault, self.run_ids = run.answer.reply.fault, run.ids
-        if self.fault is None and not paced(run.answer.reply.timing):
-            # Due all at once (no delays scripted): recorded first, then sent unpaced,
-            # a short stream in one write.
-            final = adk.final_event(run.answer.reply, run.ids)
-            await journal.run(adk_sessions.append_events_job(run.session_pk, [final]))
+        if run.final is not None:
+            # Due all at once (no delays scripted): recorded first (with the journal
+            # entry), then sent unpaced, a short stream in one write.
             await self.start_sse(watch=False)
             await self.send_paced(events, closing=b"", paced=False)
             return

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
 from staticagents.core.inquiry import Inquiry, session_key
+from staticagents.core.replies import Reply
 from staticagents.dialects.adk import wire as adk
 from staticagents.models import AdkEvent, AdkSession
 from staticagents.replying.answer import Answer, aanswer_inquiry
@@ -184,18 +185,34 @@ def append_events(sql: Statements, session_pk: int, events: Iterable[Event]) -> 
 
 @dataclass(frozen=True)
 class Run:
-    """A run, decided: the answer, the ids of its model event, the session it belongs to."""
+    """A run, decided: the answer, the ids of its model event, the session it belongs to,
+    and its final event when that was saved with the journal entry (``save_final``)."""
 
     answer: Answer
     ids: adk.EventIds
     session_pk: int
     streaming: bool
+    final: dict[str, Any] | None = None
+
+
+def _never(reply: Reply) -> bool:
+    return False
 
 
 async def start_run(
-    request: adk.RunRequest, *, app: str, headers: dict[str, str], route: str, body: bytes
+    request: adk.RunRequest,
+    *,
+    app: str,
+    headers: dict[str, str],
+    route: str,
+    body: bytes,
+    save_final: Callable[[Reply], bool] = _never,
 ) -> Run:
-    """Record the user's message in the session, then answer it, on the event loop."""
+    """Record the user's message in the session, then answer it, on the event loop.
+
+    When ``save_final(reply)``, the run's final event joins the session in the
+    journal entry's own round (one commit for both), and ``Run.final`` holds it.
+    """
     message = adk.read_message(request.new_message)  # reject before anything is written
     invocation_id = request.invocation_id or f"e-{uuid.uuid4()}"
     user_ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), "user")
@@ -219,6 +236,15 @@ async def start_run(
         session=session_key(headers, request.session_id),
         headers=headers,
     )
-    answer = await aanswer_inquiry(inquiry, route=route, body=body)
     ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), app)
-    return Run(answer, ids, opened.pk, request.streaming)
+    final: dict[str, Any] | None = None
+
+    def then(reply: Reply) -> Job | None:
+        nonlocal final
+        if not save_final(reply):
+            return None
+        final = adk.final_event(reply, ids)
+        return append_events_job(opened.pk, [final])
+
+    answer = await aanswer_inquiry(inquiry, route=route, body=body, then=then)
+    return Run(answer, ids, opened.pk, request.streaming, final)

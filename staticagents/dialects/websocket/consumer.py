@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.urls import path, re_path
 
@@ -62,6 +63,17 @@ Frame = tuple[str | None, bytes | None, int]  # a message's text or bytes, and i
 class ChatConsumer(AsyncWebsocketConsumer):
     # The chat route never uses the channel layer; skipping it saves a channel per socket.
     channel_layer_alias = "__none__"
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' own dispatch first closes the Django connections of its sync
+        # thread that are stale (``aclose_old_connections``): a hop to that thread
+        # and back for every message. Nothing here uses those connections (the
+        # journal and the session counters keep their own), so a message goes
+        # straight to its handler.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         self.inbox: asyncio.Queue[Frame] = asyncio.Queue(maxsize=QUEUE_LIMIT)

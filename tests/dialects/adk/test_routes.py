@@ -169,6 +169,24 @@ def test_a_run_records_the_user_message_and_the_reply_in_the_session(adk: httpx.
     assert user["invocationId"] == model["invocationId"]
 
 
+@pytest.mark.parametrize("route", ["/run", "/run_sse"])
+def test_the_final_event_sent_is_the_one_the_session_keeps_beside_its_journal_entry(
+    adk: httpx.Client, route: str
+) -> None:
+    # "second" (a's second turn) has no delays: /run_sse sends it at once, saved with
+    # its journal entry first; b's echo is paced, its final event saved at the end.
+    for session in ("b", "a", "a"):
+        response = adk.post(route, json=run_body("#count", session=session))
+        sent = response.json() if route == "/run" else sse_events(response)
+    assert [e["content"]["parts"] for e in sent] == [[{"text": "second"}]]
+    for session, replies in (("b", 1), ("a", 2)):
+        events = adk.get(f"/apps/router/users/u1/sessions/{session}").json()["events"]
+        assert [e["author"] for e in events] == ["user", "router"] * replies
+    assert events[-1] == sent[-1]  # session "a": the very event sent
+    entries = JournalEntry.objects.filter(route=route).order_by("id")
+    assert [entry.session for entry in entries] == ["b", "a", "a"]
+
+
 def test_run_accepts_snake_case_keys(adk: httpx.Client) -> None:
     body = {
         "app_name": "error_analysis",

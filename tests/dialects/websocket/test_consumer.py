@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import channels.consumer
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -234,6 +235,26 @@ async def test_the_consumer_streams_every_word_then_result_and_done(
     assert [e.get("text") for e in events] == ["three ", "little ", "words", None, None]
     assert [e["type"] for e in events[-2:]] == ["result", "done"]
     assert {e["request_id"] for e in events} == {"a"}
+
+
+async def test_messages_reach_the_consumer_without_a_hop_to_the_sync_thread(
+    transactional_db: None, load_rules: Callable[[Any], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await sync_to_async(load_rules)(RULES)
+    hops: list[str] = []
+
+    async def closing_old_connections() -> None:
+        hops.append("hop")
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", closing_old_connections)
+    comm = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    connected, _ = await comm.connect()
+    assert connected
+    for n in range(3):
+        await comm.send_json_to({"query": f"inquiry {n}"})
+        assert (await collect(comm))[-1]["type"] == "done"
+    await comm.disconnect()
+    assert hops == []  # Channels' own dispatch would hop for the connect, each message, the end
 
 
 async def test_the_consumer_answers_malformed_frames_and_keeps_going(
