@@ -484,25 +484,21 @@ class YAMLRenderer(BaseRenderer):
         return dump_fixture(data).encode()
 
 
-class VersionPagination(CursorPagination):
-    """Newest first by number; a cursor stays stable while new versions arrive."""
+class CountedPagination(CursorPagination):
+    """DRF's cursor pagination with the total count beside the links, and cursors whose
+    position must be a row's number: a hand-made one could hold anything."""
 
-    ordering = "-number"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 1000
+    count: int
 
     def decode_cursor(self, request: Request) -> Cursor | None:
-        """DRF's cursor, whose position must be a number: a hand-made one could hold anything."""
         cursor = super().decode_cursor(request)
         position = cursor.position if cursor is not None else None
         if position is not None and not _is_row_id(position):
             raise NotFound(self.invalid_cursor_message)
         return cursor
-
-    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
-        self.count = queryset.count()  # at most STATIC_AGENTS_VERSIONS_KEEP
-        return super().paginate_queryset(queryset, request, view)
 
     def get_paginated_response(self, data: Any) -> Response:
         return Response(
@@ -513,6 +509,16 @@ class VersionPagination(CursorPagination):
                 "results": data,
             }
         )
+
+
+class VersionPagination(CountedPagination):
+    """Newest first by number; a cursor stays stable while new versions arrive."""
+
+    ordering = "-number"
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        self.count = queryset.count()  # at most STATIC_AGENTS_VERSIONS_KEEP
+        return super().paginate_queryset(queryset, request, view)
 
 
 def _version(number: str) -> RulesetVersion:
@@ -620,7 +626,7 @@ class UpstreamsView(ControlView):
 # -- journal, sessions, counters ----------------------------------------------------
 
 
-class JournalPagination(CursorPagination):
+class JournalPagination(CountedPagination):
     """Newest first by id; a cursor stays stable while new entries arrive.
 
     A page ends early once its bodies and queries reach ``PAGE_BYTES`` (it
@@ -629,20 +635,9 @@ class JournalPagination(CursorPagination):
     """
 
     ordering = "-id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 1000
     PAGE_BYTES = 8 * 1024 * 1024
     has_next: bool  # set by DRF's paginate_queryset, and here when a page ends early
     has_previous: bool
-
-    def decode_cursor(self, request: Request) -> Cursor | None:
-        """DRF's cursor, whose position must be an id: a hand-made one could hold anything."""
-        cursor = super().decode_cursor(request)
-        position = cursor.position if cursor is not None else None
-        if position is not None and not _is_row_id(position):
-            raise NotFound(self.invalid_cursor_message)
-        return cursor
 
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         # The page is chosen from ids and sizes alone; its entries are read whole after.
@@ -672,16 +667,6 @@ class JournalPagination(CursorPagination):
         """The cursor position of ``entry`` (its id, as the ordering says)."""
         position: str = self._get_position_from_instance(entry, self.ordering)
         return position
-
-    def get_paginated_response(self, data: Any) -> Response:
-        return Response(
-            {
-                "count": self.count,
-                "next": self.get_next_link(),
-                "previous": self.get_previous_link(),
-                "results": data,
-            }
-        )
 
 
 def _is_row_id(text: str) -> bool:
