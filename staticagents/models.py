@@ -399,6 +399,27 @@ class SessionScript(models.Model):
 class JournalEntry(models.Model):
     """One inquiry that reached a reply route, and what the service did with it."""
 
+    # What the control API (and the live journal) shows of an entry, beside its id and time.
+    API_FIELDS = (
+        "dialect",
+        "route",
+        "method",
+        "session",
+        "agent_type",
+        "model",
+        "query",
+        "body",
+        "body_bytes",
+        "headers",
+        "rule",
+        "outcome",
+        "status",
+        "duration_ms",
+        "diagnosis",
+        "upstream",
+        "upstream_ms",
+    )
+
     OUTCOMES = [
         (o, o)
         for o in (

@@ -37,24 +37,12 @@ from staticagents.services import (
 )
 from tests.conftest import FIXTURES
 from tests.test_admin import change_form_data, replace, upload
+from tests.test_services import RULES
 
 pytestmark = pytest.mark.django_db
 
 TOKEN = "history-token"
 VERSIONS = "/admin/staticagents/rulesetversion/"
-RULES = {
-    "defaults": {"confidence": "high"},
-    "rules": [
-        {"name": "greet", "match": {"query": "(?i)hello"}, "response": {"content": "Hi"}},
-        {
-            "name": "script",
-            "match": {"contains": "weather"},
-            "responses": [{"content": "Looking"}, {"content": "Sunny"}],
-        },
-        {"name": "catch-all", "response": {"content": "Anything"}},
-    ],
-    "fallback": {"content": "No rule matched"},
-}
 
 
 @pytest.fixture(autouse=True)

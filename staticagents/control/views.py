@@ -701,27 +701,7 @@ class JournalView(ControlView):
 
     # The columns of an entry, read as values: a ModelSerializer would inspect the model
     # again on every request, which cost more than the query.
-    FIELDS = (
-        "id",
-        "created_at",
-        "dialect",
-        "route",
-        "method",
-        "session",
-        "agent_type",
-        "model",
-        "query",
-        "body",
-        "body_bytes",
-        "headers",
-        "rule",
-        "outcome",
-        "status",
-        "duration_ms",
-        "diagnosis",
-        "upstream",
-        "upstream_ms",
-    )
+    FIELDS = ("id", "created_at", *JournalEntry.API_FIELDS)
     CREATED_AT = serializers.DateTimeField()
 
     def get(self, request: Request) -> Response:

@@ -45,6 +45,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from staticagents.conf import settings
+from staticagents.models import JournalEntry
 from staticagents.replying import journal as _journal  # which imports this module: used late
 from staticagents.serving.loop_local import LoopLocal
 from staticagents.serving.metrics import LIVE_DROPPED
@@ -59,24 +60,6 @@ RETRY_SECONDS = 1.0
 REJOIN_SECONDS = 3600.0  # groups expire on the layer after a day: joined again hourly
 SUBSCRIBER_LIMIT = 1000  # events a subscriber holds before the oldest go
 RULESET_EVENTS = {"ruleset", "available", "unavailable"}  # what a ruleset-only subscriber gets
-
-# What an event carries of an entry (the control API's journal entry, ``created_at`` aside).
-EVENT_FIELDS = (
-    "dialect",
-    "route",
-    "method",
-    "session",
-    "agent_type",
-    "model",
-    "query",
-    "body",
-    "headers",
-    "rule",
-    "outcome",
-    "status",
-    "duration_ms",
-    "diagnosis",
-)
 
 
 def prefix() -> str:
@@ -148,7 +131,7 @@ def entry_event(entry_id: int, entry: Entry, created_at: str, limit: int) -> dic
     """The entry as the control API lists it (body and query cut to ``limit`` bytes, as the
     journal keeps them)."""
     kept = _journal.bounded(entry, limit)
-    event = {name: kept.get(name) for name in EVENT_FIELDS}
+    event = {name: kept.get(name) for name in JournalEntry.API_FIELDS}
     event.update(id=entry_id, created_at=created_at, body_bytes=kept["body_bytes"])
     event["body_truncated"] = kept["body_bytes"] > limit
     event["method"] = event["method"] or ""
