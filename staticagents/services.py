@@ -11,7 +11,6 @@ signal receivers: a model saved or deleted elsewhere does not reach the workers.
 from __future__ import annotations
 
 import datetime
-import functools
 import secrets
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
@@ -40,6 +39,8 @@ from staticagents.models import (
     Upstream,
 )
 from staticagents.replying import live
+from staticagents.replying.journal import Statements, journal
+from staticagents.replying.snapshot import snapshot_stamp, take_script
 from staticagents.selectors import (
     digested_document,
     rule_shadows,
@@ -847,39 +848,108 @@ def reset_counters(*, session: str | None = None) -> int:
 def reset_session(*, session: str, script: dict[str, Any] | None = None) -> dict[str, int]:
     """A session's fresh start: its sequence positions, fail-first counts, journal and
     script go; ``script`` (a validated rule document with ``responses``) is its new one."""
-    with transaction.atomic():
+    reset = SessionReset(session, script)
+    counts: dict[str, int] = journal.run_now(reset)
+    transaction.on_commit(reset.committed)  # at once, unless a caller's transaction is open
+    return counts
+
+
+class SessionReset:
+    """``reset_session`` as a journal job (``journal.run_now`` in a thread, ``run_on_loop``
+    on the event loop: the testing kit's calls), then ``committed()`` once it is.
+
+    Raw statements, each table's rows in one (the testing kit does this every test):
+    the journal's rows go ``RETURNING`` the ids of those still streaming; a script is
+    inserted unless the session has one (then replaced); the scripts' stamp moves, and
+    this process's snapshot takes the script without reading the others
+    (``snapshot.take_script``) when it was current.
+    """
+
+    def __init__(self, session: str, script: dict[str, Any] | None = None) -> None:
+        self.session = session
+        self.script = script
+        self.streaming: list[int] = []
+        self.changed: tuple[str, str, int | None] | None = None  # stamps before, after; row
+
+    def __call__(self, run: Statements) -> dict[str, int]:
+        session, script = self.session, self.script
+        counters = run.run(f"DELETE FROM {_table(SessionCounter)} WHERE session = %s", [session])
         # The session's streams still open, every worker ends once this commits (a stream
         # may have waited to begin: serving.pacer.HOLD_LIMIT_SECONDS, with room to spare).
         open_for = settings.STATIC_AGENTS_MAX_STREAM_SECONDS + 60
-        since = timezone.now() - datetime.timedelta(seconds=open_for)
-        streaming = JournalEntry.objects.filter(session=session, created_at__gte=since)
-        ids = list(streaming.values_list("id", flat=True))
-        transaction.on_commit(functools.partial(live.announce_session_reset, session, ids))
-        counters = _fast_delete(SessionCounter.objects.filter(session=session))
-        entries = _fast_delete(JournalEntry.objects.filter(session=session))
-        scripts = _fast_delete(SessionScript.objects.filter(session=session))
-        if script is not None:
-            SessionScript.objects.create(
-                session=session,
-                responses=script["responses"],
-                on_exhausted=script.get("on_exhausted") or "error",
+        since = run.param(
+            JournalEntry, "created_at", timezone.now() - datetime.timedelta(seconds=open_for)
+        )
+        entries = run.rows(
+            f"DELETE FROM {_table(JournalEntry)} WHERE session = %s "
+            "RETURNING CASE WHEN created_at >= %s THEN id END",
+            [session, since],
+        )
+        self.streaming = [row[0] for row in entries if row[0] is not None]
+        row: int | None = None
+        if script is None:
+            ended = run.run(f"DELETE FROM {_table(SessionScript)} WHERE session = %s", [session])
+        else:
+            row, ended = self._insert_script(run, script), 0
+        if ended or script is not None:
+            self.changed = (*self._bump_scripts_stamp(run), row)
+        return {"counters": counters, "journal": len(entries)}
+
+    def _insert_script(self, run: Statements, script: dict[str, Any]) -> int:
+        """The new script's row id (the session's previous script, if any, goes)."""
+        insert = (
+            f"INSERT INTO {_table(SessionScript)} (session, responses, on_exhausted) "
+            "VALUES (%s, %s, %s) ON CONFLICT (session) DO NOTHING RETURNING id"
+        )
+        values = [
+            self.session,
+            run.param(SessionScript, "responses", script["responses"]),
+            script.get("on_exhausted") or "error",
+        ]
+        inserted = run.rows(insert, values)
+        if not inserted:  # a new row, so a new position: nothing rendered for the old one
+            run.run(f"DELETE FROM {_table(SessionScript)} WHERE session = %s", [self.session])
+            inserted = run.rows(insert, values)
+        return int(inserted[0][0])
+
+    @staticmethod
+    def _bump_scripts_stamp(run: Statements) -> tuple[str, str]:
+        """Record that a session's script changed (workers reload the scripts, and no
+        rule); the whole stamp before and after, when this process's snapshot was the one
+        before (else the next reply rebuilds it)."""
+        stamp, known = RulesetState.new_stamp(), snapshot_stamp() or ""
+        state = _table(RulesetState)
+        moved = run.rows(
+            f"UPDATE {state} SET scripts_stamp = %s "
+            f"WHERE id = 1 AND stamp || ':' || scripts_stamp = %s RETURNING stamp",
+            [stamp, known],
+        )
+        if moved:
+            return known, f"{moved[0][0]}:{stamp}"
+        if not run.run(f"UPDATE {state} SET scripts_stamp = %s WHERE id = 1", [stamp]):
+            run.run(
+                f"INSERT INTO {state} (id, version, stamp, scripts_stamp, changed_at) "
+                "VALUES (1, 0, '', %s, %s)",
+                [stamp, run.now(RulesetState, "changed_at")],
             )
-        if scripts or script is not None:
-            _bump_scripts_stamp()
-    return {"counters": counters, "journal": entries}
+        return "", ""
+
+    def committed(self) -> None:
+        live.announce_session_reset(self.session, self.streaming)
+        if self.changed is not None and self.changed[0]:
+            before, after, row = self.changed
+            script = self.script
+            if script is not None and row is not None:
+                document = SessionScript.rule_document(
+                    script["responses"], script.get("on_exhausted") or "error"
+                )
+                take_script(before, after, self.session, (row, document))
+            else:
+                take_script(before, after, self.session, None)
 
 
-def _fast_delete(rows: QuerySet[Any]) -> int:
-    """Delete in one statement, without Django's collector reading the rows first (nothing
-    refers to these rows and no receiver listens): the testing kit does it every test."""
-    return rows._raw_delete(rows.db) or 0
-
-
-def _bump_scripts_stamp() -> None:
-    """Record that a session's script changed: workers reload the scripts, and no rule."""
-    stamp = RulesetState.new_stamp()
-    if not RulesetState.objects.filter(pk=1).update(scripts_stamp=stamp):
-        RulesetState.objects.get_or_create(pk=1, defaults={"scripts_stamp": stamp})
+def _table(model: type[Model]) -> str:
+    return model._meta.db_table
 
 
 # -- the control API's token ----------------------------------------------------

@@ -2,26 +2,35 @@
 
 Every kit test makes two control calls: ``PUT /control/sessions/{key}`` (a
 ``replies()`` script) or ``PUT /control/fixture``, then ``GET
-/control/journal?session=``. Through Django and DRF each pays the middleware,
-the URL resolver, content negotiation, the filter serializer's deep copy and
-the paginator (about half of a journal read's CPU time, bench/README.md).
+/control/journal?session=``; the plugin ends a script with ``DELETE
+/control/sessions/{key}``. Through Django and DRF each pays the middleware, the
+URL resolver, content negotiation, the filter serializer's deep copy and the
+paginator (about half of a journal read's CPU time, bench/README.md).
 
-``lean_response`` answers the plain, well-formed case of the script install, of
-the same fixture again (``?session=``; ``views.LastReplace``) and of the journal
-read itself, with the views' own functions, and returns None for
-anything else: another authentication (a staff session), a bad or missing
-token, an odd key, host or Accept header, an unknown parameter, a body the
-views would refuse, a journal longer than one page. Those take the full path,
-so every error is the views' own. ``tests/control/test_lean.py`` sends the same
-requests both ways and compares status, headers and body.
+``lean_call`` picks out the plain, well-formed case of the script install and
+the session's end, of the same fixture again (``?session=``;
+``views.LastReplace``) and of the journal read itself, as a journal job
+(``replying.journal.Statements``) that answers with the views' own functions.
+Anything else gives None, and so does the job for what it finds it cannot
+answer: another authentication (a staff session), a bad or missing token, an
+odd key, host or Accept header, an unknown parameter, a body the views would
+refuse, a journal longer than one page. Those take the full path, so every error
+is the views' own. ``tests/control/test_lean.py`` sends the same requests both
+ways and compares status, headers and body.
+
+The job runs where the reply routes touch the database: on the event loop's own
+connection to a SQLite file (``lean_on_loop``: no thread hop, which on a busy
+machine waits for a core), else, or while the file is busy, on the control
+thread (``lean_response``).
 """
 
 from __future__ import annotations
 
 import io
 import re
+import secrets
 from collections.abc import Callable, MutableMapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -37,9 +46,11 @@ from staticagents.control.views import (
     last_replace,
     script_document,
 )
-from staticagents.replying.snapshot import active_ruleset
+from staticagents.models import ControlToken
+from staticagents.replying.journal import NotOnLoop, Statements, journal
+from staticagents.replying.snapshot import STAMP_SQL, active_ruleset, current_ruleset
 from staticagents.selectors import journal_entries
-from staticagents.services import reset_session
+from staticagents.services import SessionReset
 
 Message = dict[str, Any]
 
@@ -53,33 +64,83 @@ ACCEPTED = {b"", b"*/*", b"application/json"}
 RENDERER = JSONRenderer()
 
 
+@dataclass(frozen=True)
+class LeanCall:
+    """A kit call answered as a journal job: the response's data, or None (Django's path).
+    ``reset``, when the job starts a session afresh, is told once that is committed."""
+
+    job: Callable[[Statements], dict[str, Any] | None]
+    allow: str
+    write: bool = False
+    reset: SessionReset | None = None
+
+    def answered(self, data: dict[str, Any] | None) -> tuple[Message, bytes] | None:
+        if data is None:
+            return None
+        if self.reset is not None:
+            self.reset.committed()
+        content = RENDERER.render(data)
+        return _start(content, self.allow), content
+
+
 def lean_response(scope: MutableMapping[str, Any], body: bytes) -> tuple[Message, bytes] | None:
-    """The response to a plain kit call, or None: the request takes Django's path."""
+    """The response to a plain kit call, on this thread; None: it takes Django's path."""
+    call = lean_call(scope, body)
+    if call is None:
+        return None
+    response = call.answered(journal.run_now(call.job, write=call.write))
+    if response is not None and call.write:
+        active_ruleset()  # as the views: this process's snapshot is the new one now
+    return response
+
+
+async def lean_on_loop(
+    scope: MutableMapping[str, Any], body: bytes
+) -> tuple[Message, bytes] | None:
+    """The response to a plain kit call, on the event loop; None: a thread must answer
+    (``lean_response``), as the database is not a SQLite file, is busy, or the call is
+    not plain."""
+    call = lean_call(scope, body)
+    if call is None:
+        return None
+    try:
+        data = journal.run_on_loop(call.job, write=call.write)
+    except NotOnLoop:
+        return None
+    response = call.answered(data)
+    if response is not None and call.write:
+        await current_ruleset()  # built already, unless another change came between
+    return response
+
+
+def lean_call(scope: MutableMapping[str, Any], body: bytes) -> LeanCall | None:
+    """The kit call ``scope`` makes, when it is plain enough to answer lean (reading no
+    database yet), else None."""
     if scope.get("root_path") or scope.get("query_string", b"").count(b"%"):
         return None
     method, path = scope["method"], scope["path"]
-    found = SESSION_PATH.match(path) if method == "PUT" else None
-    if found is not None:
-        return _guarded(
-            scope,
-            body,
-            lambda headers: _install_script(found["key"], body, headers.get(b"content-type", b"")),
-            "GET, PUT, DELETE",
-        )
+    token = _bearer(scope, body)
+    if token is None:
+        return None
+    session = SESSION_PATH.match(path) if method in ("PUT", "DELETE") else None
+    if session is not None:
+        key = session["key"]
+        if method == "DELETE":
+            if body or scope.get("query_string"):
+                return None
+            return _resetting(token, SessionReset(key))
+        script = _script(scope, body)
+        return None if script is None else _resetting(token, SessionReset(key, script))
     if method == "PUT" and FIXTURE_PATH.match(path):
-        answer = lambda headers: _same_fixture(scope, body)  # noqa: E731
-        return _guarded(scope, body, answer, "GET, POST, PUT")
-    if method == "GET" and JOURNAL_PATH.match(path):
-        return _guarded(scope, body, lambda headers: _journal(scope), "GET, DELETE")
+        return _same_fixture(scope, body, token)
+    if method == "GET" and JOURNAL_PATH.match(path) and not body:
+        return _journal(scope, token)
     return None
 
 
-def _guarded(
-    scope: MutableMapping[str, Any],
-    body: bytes,
-    answer: Callable[[dict[bytes, bytes]], dict[str, Any] | None],
-    allow: str,
-) -> tuple[Message, bytes] | None:
+def _bearer(scope: MutableMapping[str, Any], body: bytes) -> str | None:
+    """The request's control token, when it authenticates with one alone, as the views
+    would see it."""
     headers = dict(scope["headers"])
     if b"cookie" in headers or headers.get(b"accept", b"") not in ACCEPTED:
         return None
@@ -91,62 +152,88 @@ def _guarded(
         request.get_host()  # as CommonMiddleware checks it
     except Exception:
         return None
-    if not control_token_matches(token.strip()):
-        return None
-    data = answer(headers)
-    if data is None:
-        return None
-    content = RENDERER.render(data)
-    return _start(content, allow), content
+    return str(token.strip())
 
 
-def _install_script(key: str, body: bytes, content_type: bytes) -> dict[str, Any] | None:
-    if content_type != b"application/json":
+def _token_matches(token: str, run: Statements) -> bool:
+    """``views.control_token_matches``, reading a stored token on the job's connection."""
+    if django_settings.STATIC_AGENTS_CONTROL_TOKEN:
+        return control_token_matches(token)
+    stored = run.values(ControlToken.objects.order_by("id").values("digest")[:1])
+    digest = ControlToken.digest_of(token)
+    return bool(stored) and secrets.compare_digest(digest, stored[0]["digest"])
+
+
+def _resetting(token: str, reset: SessionReset) -> LeanCall:
+    """A session's fresh start (``services.reset_session``), answered as the views do."""
+
+    def job(run: Statements) -> dict[str, Any] | None:
+        if not _token_matches(token, run):
+            return None
+        return {"session": reset.session, **reset(run)}
+
+    return LeanCall(job, "GET, PUT, DELETE", write=True, reset=reset)
+
+
+def _script(scope: MutableMapping[str, Any], body: bytes) -> dict[str, Any] | None:
+    if scope.get("query_string") or dict(scope["headers"]).get(b"content-type") != (
+        b"application/json"
+    ):
         return None  # the parser decides
     try:
-        payload = JSONBodyParser().parse(io.BytesIO(body))
-        script = script_document(payload)
+        return script_document(JSONBodyParser().parse(io.BytesIO(body)))
     except Exception:
         return None  # the view says what is wrong
-    reset = reset_session(session=key, script=script)
-    active_ruleset()  # as the view: this process's snapshot takes the script now
-    return {"session": key, **reset}
 
 
-def _same_fixture(scope: MutableMapping[str, Any], body: bytes) -> dict[str, Any] | None:
+def _same_fixture(scope: MutableMapping[str, Any], body: bytes, token: str) -> LeanCall | None:
     """The fixture this process last replaced the rules with, again: only the session's
     fresh start (``?session=``) is left to do, as in the view."""
     params = _query(scope["query_string"])
     if params is None or set(params) != {"session"} or not SESSION_KEY.match(params["session"]):
         return None
-    result = last_replace.unchanged(body)
-    if result is None:
-        return None
-    reset_session(session=params["session"])
-    active_ruleset()
-    return asdict(result)
+    reset = SessionReset(params["session"])
+
+    def job(run: Statements) -> dict[str, Any] | None:
+        if not _token_matches(token, run):
+            return None
+        [(stamp,)] = run.rows(STAMP_SQL) or [("",)]
+        result = last_replace.unchanged(body, stamp.partition(":")[0])
+        if result is None:
+            return None
+        reset(run)
+        return asdict(result)
+
+    return LeanCall(job, "GET, POST, PUT", write=True, reset=reset)
 
 
-def _journal(scope: MutableMapping[str, Any]) -> dict[str, Any] | None:
+def _journal(scope: MutableMapping[str, Any], token: str) -> LeanCall | None:
     params = _query(scope["query_string"])
     if params is None or not set(params) <= {"session", "page_size"} or "session" not in params:
         return None
     session, size = params["session"], params.get("page_size", str(JournalPagination.page_size))
     if not SESSION_KEY.match(session) or not size.isdigit() or not 0 < int(size) <= 1000:
         return None
-    entries = journal_entries(session=session)
-    # One page holding every entry, as the paginator chooses it; anything longer takes
-    # the paginator's path (its cursors and links).
-    sized = list(entries.values("id", "size")[: int(size) + 1])
-    if len(sized) > int(size) or sum(e["size"] for e in sized) > JournalPagination.PAGE_BYTES:
-        return None
-    rows = list(entries.values(*JournalView.FIELDS)) if sized else []
-    if [row["id"] for row in rows] != [e["id"] for e in sized]:
-        return None  # the journal moved between the reads
-    for row in rows:
-        row["created_at"] = JournalView.CREATED_AT.to_representation(row["created_at"])
-        row["body_truncated"] = body_truncated(row["body"], row["body_bytes"])
-    return {"count": len(rows), "next": None, "previous": None, "results": rows}
+    limit = int(size)
+
+    def job(run: Statements) -> dict[str, Any] | None:
+        if not _token_matches(token, run):
+            return None
+        entries = journal_entries(session=session)
+        # One page holding every entry, as the paginator chooses it; anything longer takes
+        # the paginator's path (its cursors and links).
+        sized = run.values(entries.values("id", "size")[: limit + 1])
+        if len(sized) > limit or sum(e["size"] for e in sized) > JournalPagination.PAGE_BYTES:
+            return None
+        rows = run.values(entries.values(*JournalView.FIELDS)) if sized else []
+        if [row["id"] for row in rows] != [e["id"] for e in sized]:
+            return None  # the journal moved between the reads
+        for row in rows:
+            row["created_at"] = JournalView.CREATED_AT.to_representation(row["created_at"])
+            row["body_truncated"] = body_truncated(row["body"], row["body_bytes"])
+        return {"count": len(rows), "next": None, "previous": None, "results": rows}
+
+    return LeanCall(job, "GET, DELETE")
 
 
 def _query(query_string: bytes) -> dict[str, str] | None:

@@ -431,12 +431,13 @@ class LastReplace:
         is the one the replace leaves, as no other write can commit before it."""
         self._remembered = (self.digest(body), rules_stamp(), result)
 
-    def unchanged(self, body: bytes) -> ImportResult | None:
-        """What replacing with ``body`` again does (nothing), or None when it must run."""
+    def unchanged(self, body: bytes, stamp: str | None = None) -> ImportResult | None:
+        """What replacing with ``body`` again does (nothing), or None when it must run;
+        ``stamp``: the rules' stamp, when the caller read it already."""
         remembered = self._remembered
         if remembered is None or remembered[0] != self.digest(body):
             return None
-        if not remembered[1] or remembered[1] != rules_stamp():
+        if not remembered[1] or remembered[1] != (rules_stamp() if stamp is None else stamp):
             return None
         done = remembered[2]
         return replace(

@@ -134,6 +134,10 @@ def _cut(value: Any, limit: int) -> tuple[Any, int]:
     return value.encode()[:limit].decode("utf-8", "ignore"), length
 
 
+class NotOnLoop(Exception):
+    """``run_on_loop`` cannot run its job on the event loop: a thread must."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Mark:
     entry_id: int
@@ -200,6 +204,18 @@ class Statements:
     def json(value: Any) -> Any:
         """A JSON column's value as read: text on SQLite, decoded already elsewhere."""
         return orjson.loads(value) if isinstance(value, str | bytes) else value
+
+    def values(self, rows: models.QuerySet[Any]) -> list[dict[str, Any]]:
+        """What ``rows.values(...)`` gives, read on this connection: Django writes the
+        query and converts the columns (dates, JSON), this cursor runs it."""
+        compiler = rows.query.get_compiler(connection=self.db)
+        sql, params = compiler.as_sql()
+        if self.placeholder != "%s":  # as Django's SQLite cursor rewrites it
+            sql = sql.replace("%s", self.placeholder).replace("%%", "%")
+        self.cursor.execute(sql, params)
+        names = [*rows.query.extra_select, *rows.query.values_select]
+        rows_read = compiler.results_iter([self.cursor.fetchall()])
+        return [dict(zip(names, row, strict=True)) for row in rows_read]
 
 
 Job = Callable[[Statements], Any]
@@ -297,11 +313,42 @@ class JournalWriter:
             await self._thread.submit(_Mark(entry_id, outcome))
             live.feed().publish_update(entry_id, outcome)
 
-    def run_now(self, job: Job) -> Any:
-        """Run ``job`` on this thread's connection (in its transaction, if any); its result."""
+    def run_now(self, job: Job, *, write: bool = True) -> Any:
+        """Run ``job`` on this thread's connection (in its transaction, if any; a job that
+        only reads, ``write=False``, takes none); its result."""
         db = connections[self.using]
+        if not write:
+            with db.cursor() as cursor:
+                return job(Statements(db, cursor, "%s", self._any_table))
         with transaction.atomic(using=self.using), db.cursor() as cursor:
             return job(Statements(db, cursor, "%s", self._any_table))
+
+    def run_on_loop(self, job: Job, *, write: bool = True) -> Any:
+        """Run ``job`` at once on the event loop's own connection to the SQLite file, in a
+        transaction of its own (``write``: holding the write lock; else one consistent
+        read); its result. Raises ``NotOnLoop`` when the loop has no such connection
+        (another database) or the file is busy: the loop never waits for the lock, the
+        caller takes a thread instead."""
+        backend = self._on_loop()
+        if backend is None:
+            raise NotOnLoop("no SQLite file of the loop's own")
+        connection = backend.connection
+        try:
+            connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.OperationalError as exc:
+            raise NotOnLoop(str(exc)) from exc
+        try:
+            result = job(Statements(backend.db, connection.cursor(), "?", self._any_table))
+            connection.execute("COMMIT")
+        except BaseException as exc:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):  # busy after all: a thread waits
+                raise NotOnLoop(str(exc)) from exc
+            if isinstance(exc, sqlite3.Error):
+                raise _as_django_error(exc) from exc
+            raise
+        return result
 
     async def run(self, job: Job) -> Any:
         """Run ``job`` in the next round's transaction (in a savepoint); its result, once

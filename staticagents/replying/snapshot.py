@@ -124,6 +124,33 @@ async def current_ruleset() -> Ruleset:
     return current
 
 
+def snapshot_stamp() -> str | None:
+    """The stamp of this process's snapshot (None: none built yet)."""
+    current = _snapshot
+    return current.stamp if current is not None else None
+
+
+def take_script(
+    before: str, after: str, session: str, script: tuple[int, dict[str, Any]] | None
+) -> None:
+    """A session's script changed (``script``: its row id and document; None: it ended)
+    by a transaction of this process that moved the stamp from ``before`` to ``after``,
+    now committed: the snapshot built at ``before`` takes it as it is, reading nothing.
+    Any other snapshot is left to be rebuilt (its stamp tells it at the next reply)."""
+    global _snapshot
+    with _building_lock:
+        current = _snapshot
+        if _building is not None or current is None or current.stamp != before:
+            return
+        scripts = dict(current.scripts)
+        if script is None:
+            scripts.pop(session, None)
+        else:
+            window = settings.STATIC_AGENTS_MATCH_WINDOW
+            scripts.update(compile_scripts({session: script}, window=window, previous=scripts))
+        _snapshot = replace(current, stamp=after, scripts=scripts)
+
+
 class _Build:
     """The build of a snapshot under way in this process; ``done`` holds the snapshot."""
 
