@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 from typing import Any
 
+import httpx
 import pytest
 from django.test import Client
 
-from staticagents.control.lean import lean_response
-from staticagents.models import JournalEntry
+from staticagents.control.lean import lean_on_loop, lean_response
+from staticagents.models import JournalEntry, SessionScript
 from tests.conftest import CONTROL_TOKEN
 
 TOKEN = f"Bearer {CONTROL_TOKEN}".encode()
@@ -190,3 +193,145 @@ def test_the_same_fixture_again_is_the_views_own(hop: Any) -> None:
         )
         is None
     )
+
+
+# -- on the event loop (a SQLite file: the test database is one) ------------------------
+
+
+@pytest.fixture
+def loop_hop(transactional_db: None, settings: Any) -> Any:
+    """The control API's server, its lean calls tried on the event loop; the test's
+    writes are committed, so the loop's own connection sees them."""
+    settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
+    from staticagents.asgi import http_application
+
+    return http_application
+
+
+def on_loop(request: Any, body: bytes = b"") -> Any:
+    return asyncio.run(lean_on_loop(request, body))
+
+
+def test_the_kit_calls_on_the_loop_are_the_views_own(loop_hop: Any) -> None:
+    entry("mine", "before the script")
+    put = scope("PUT", "/control/sessions/mine", body=SCRIPT, authorization=TOKEN)
+    lean = on_loop(put, SCRIPT)
+    assert lean is not None  # answered on the loop
+    entry("mine", "before the script")
+    same(lean, loop_hop.through_django(put, SCRIPT))
+    assert json.loads(lean[1]) == {"session": "mine", "counters": 0, "journal": 1}
+
+    for n in range(3):
+        entry("mine", f"question {n}")
+    for query in (b"session=mine&page_size=1000", b"session=mine", b"session=nobody"):
+        read = scope("GET", "/control/journal", query, authorization=TOKEN, accept=b"*/*")
+        lean = on_loop(read)
+        assert lean is not None
+        same(lean, loop_hop.through_django(read, b""))
+    longer = scope("GET", "/control/journal", b"session=mine&page_size=2", authorization=TOKEN)
+    assert on_loop(longer) is None  # more than a page: the paginator's, on a thread
+
+    delete = scope("DELETE", "/control/sessions/mine", authorization=TOKEN)
+    lean = on_loop(delete)
+    assert lean is not None
+    assert json.loads(lean[1]) == {"session": "mine", "counters": 0, "journal": 3}
+    assert not SessionScript.objects.filter(session="mine").exists()
+    for n in range(3):
+        entry("mine", f"question {n}")
+    same(lean, loop_hop.through_django(delete, b""))
+    for refused in (b"Bearer wrong", b"Basic x"):
+        assert on_loop(scope("DELETE", "/control/sessions/x", authorization=refused)) is None
+
+
+def test_the_same_fixture_again_on_the_loop_is_the_views_own(loop_hop: Any) -> None:
+    put = scope("PUT", "/control/fixture", b"session=mine", body=FIXTURE, authorization=TOKEN)
+    assert on_loop(put, FIXTURE) is None  # a first replace: the view's work, on a thread
+    loop_hop.respond(put, FIXTURE)
+    entry("mine", "before the fixture")
+    lean = on_loop(put, FIXTURE)
+    assert lean is not None
+    assert not JournalEntry.objects.filter(session="mine").exists()  # started afresh
+    entry("mine", "before the fixture")
+    same(lean, loop_hop.through_django(put, FIXTURE))
+    entry("mine", "before another fixture")
+    changed = FIXTURE.replace(b"Hi", b"Hello")
+    other = scope("PUT", "/control/fixture", b"session=mine", body=changed, authorization=TOKEN)
+    assert on_loop(other, changed) is None
+    assert JournalEntry.objects.filter(session="mine").exists()  # nothing done
+
+
+def test_a_stored_token_is_read_on_the_loop(loop_hop: Any, settings: Any) -> None:
+    from staticagents.services import rotate_control_token
+
+    settings.STATIC_AGENTS_CONTROL_TOKEN = ""
+    token = rotate_control_token()
+    mine = f"Bearer {token}".encode()
+    read = scope("GET", "/control/journal", b"session=mine", authorization=mine)
+    assert on_loop(read) is not None
+    assert on_loop(scope("GET", "/control/journal", b"session=mine", authorization=TOKEN)) is None
+
+
+def test_a_busy_file_sends_a_write_to_the_thread_and_never_holds_the_loop(
+    loop_hop: Any, django_db_blocker: Any
+) -> None:
+    from django.db import connection
+
+    entry("mine", "kept while the file is busy")
+    holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's write under way
+    try:
+        put = scope("PUT", "/control/sessions/mine", body=SCRIPT, authorization=TOKEN)
+        assert on_loop(put, SCRIPT) is None  # at once: the thread waits for the lock instead
+        read = scope("GET", "/control/journal", b"session=mine", authorization=TOKEN)
+        assert on_loop(read) is not None  # a read takes no lock
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert JournalEntry.objects.filter(session="mine").count() == 1
+    assert not SessionScript.objects.filter(session="mine").exists()
+
+
+def test_a_kit_test_takes_no_thread_hop_on_sqlite(
+    loop_hop: Any, control: Any, live_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from staticagents.replying import snapshot
+
+    control.put("/fixture", content=FIXTURE, headers={"Content-Type": "application/json"})
+
+    async def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a kit call took the control thread")
+
+    monkeypatch.setattr(loop_hop, "lean", lean_on_loop)
+    monkeypatch.setattr(loop_hop.threads, "run", no_thread)
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hello?"}]}
+    url = f"{live_url}/v1/chat/completions"
+    for test in range(3):
+        session = f"kit-{test}"
+        script = {"responses": [{"content": f"scripted {test}"}]}
+        assert control.put(f"/sessions/{session}", json=script).status_code == 200
+        # The snapshot took the script as it is: nothing to rebuild at the reply.
+        assert snapshot._snapshot is not None and session in snapshot._snapshot.scripts
+        assert snapshot._snapshot.stamp == snapshot.ruleset_stamp()
+        answers = [httpx.post(url, json=ask, headers={"X-Static-Session": session})]
+        answers.append(httpx.post(url, json=ask, headers={"X-Static-Session": session}))
+        assert answers[0].json()["choices"][0]["message"]["content"] == f"scripted {test}"
+        # A reply leaves once its journal row is committed: the read sees every answer.
+        journal = control.get("/journal", params={"session": session}).json()
+        assert [e["outcome"] for e in journal["results"]] == ["error", "answered"]
+        assert control.delete(f"/sessions/{session}").json()["journal"] == 2
+        fixture = control.put(
+            "/fixture",
+            params={"session": session},
+            content=FIXTURE,
+            headers={"Content-Type": "application/json"},
+        )
+        assert fixture.json()["unchanged"] == 1
+        assert (
+            httpx.post(url, json=ask, headers={"X-Static-Session": session}).json()["choices"][0][
+                "message"
+            ]["content"]
+            == "Hi"
+        )
+        journal = control.get("/journal", params={"session": session}).json()
+        assert [e["query"] for e in journal["results"]] == ["hello?"]
+    assert session not in snapshot.active_ruleset().scripts
