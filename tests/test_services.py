@@ -27,11 +27,13 @@ from staticagents.document.schema import RuleSpec, validate_part
 from staticagents.models import (
     Defaults,
     Fallback,
+    JournalEntry,
     Rule,
     RuleResponse,
     RulesetState,
     RulesetVersion,
     SessionCounter,
+    SessionScript,
 )
 from staticagents.replying.snapshot import active_ruleset, ruleset_stamp
 from staticagents.services import (
@@ -42,6 +44,7 @@ from staticagents.services import (
     move_rule,
     record_rule,
     reorder_rules,
+    reset_session,
     save_rule,
     set_defaults,
     set_fallback,
@@ -406,3 +409,53 @@ def test_a_replace_makes_its_rows_before_taking_the_write_lock(monkeypatch: Any)
     assert made_in_transaction == [False] * 50
     stored = Rule.objects.order_by("position").values_list("name", "responses__content")
     assert list(stored) == [(f"r{n}", f"answer {n}") for n in range(50)]
+
+
+# -- a session's fresh start ----------------------------------------------------------
+
+
+def statements(work: Callable[[], object]) -> list[str]:
+    """The statements ``work`` runs, without the transaction's own."""
+    return [s for s in sql_of(work) if "SAVEPOINT" not in s]
+
+
+def session_rows(session: str) -> tuple[int, int, int]:
+    return (
+        SessionCounter.objects.filter(session=session).count(),
+        JournalEntry.objects.filter(session=session).count(),
+        SessionScript.objects.filter(session=session).count(),
+    )
+
+
+def test_a_session_reset_takes_one_statement_per_table_and_leaves_other_sessions(
+    db: None,
+) -> None:
+    script = {"name": "replies", "responses": [{"content": "one"}], "on_exhausted": "error"}
+    for session in ("mine", "other"):
+        reset_session(session=session, script=script)  # a script of its own
+        SessionCounter.objects.create(session=session, rule="greet", key="sequence", count=2)
+        JournalEntry.objects.create(session=session, dialect="openai", route="/v1/messages")
+    old = SessionScript.objects.get(session="mine").pk
+    active_ruleset()  # this process's snapshot is current: the stamp moves in one update
+
+    fresh = statements(lambda: reset_session(session="new", script=script))
+    assert [s.split()[0] for s in fresh] == ["DELETE", "DELETE", "INSERT", "UPDATE"]
+    assert session_rows("new") == (0, 0, 1)
+    active_ruleset()
+    again = statements(lambda: reset_session(session="mine", script=script))
+    assert [s.split()[0] for s in again] == [
+        "DELETE",
+        "DELETE",
+        "INSERT",
+        "DELETE",
+        "INSERT",
+        "UPDATE",
+    ]
+    assert session_rows("mine") == (0, 0, 1) and session_rows("other") == (1, 1, 1)
+    assert SessionScript.objects.get(session="mine").pk > old  # a new row: a new position
+
+    assert reset_session(session="mine") == {"counters": 0, "journal": 0}
+    assert session_rows("mine") == (0, 0, 0) and session_rows("other") == (1, 1, 1)
+    nothing = statements(lambda: reset_session(session="mine"))
+    assert [s.split()[0] for s in nothing] == ["DELETE", "DELETE", "DELETE"]  # the stamp stays
+    assert "mine" not in active_ruleset().scripts and "other" in active_ruleset().scripts

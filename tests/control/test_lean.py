@@ -335,3 +335,16 @@ def test_a_kit_test_takes_no_thread_hop_on_sqlite(
         journal = control.get("/journal", params={"session": session}).json()
         assert [e["query"] for e in journal["results"]] == ["hello?"]
     assert session not in snapshot.active_ruleset().scripts
+
+
+def test_another_database_leaves_the_calls_to_the_thread(
+    loop_hop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from staticagents.replying import journal
+
+    monkeypatch.setattr(journal, "sqlite_file", lambda db: None)  # as on PostgreSQL
+    put = scope("PUT", "/control/sessions/mine", body=SCRIPT, authorization=TOKEN)
+    assert on_loop(put, SCRIPT) is None
+    assert on_loop(scope("GET", "/control/journal", b"session=mine", authorization=TOKEN)) is None
+    assert not SessionScript.objects.filter(session="mine").exists()
+    assert lean_response(put, SCRIPT) is not None  # the thread answers it lean
