@@ -46,7 +46,7 @@ from staticagents.control.views import (
     last_replace,
     script_document,
 )
-from staticagents.models import ControlToken
+from staticagents.models import ControlToken, JournalEntry
 from staticagents.replying.journal import NotOnLoop, Statements, journal
 from staticagents.replying.snapshot import STAMP_SQL, active_ruleset, current_ruleset
 from staticagents.selectors import journal_entries
@@ -62,6 +62,10 @@ FIXTURE_PATH = re.compile(r"^/control/fixture/?$")
 SESSION_KEY = re.compile(r"^[-A-Za-z0-9_.:]{1,200}$")
 ACCEPTED = {b"", b"*/*", b"application/json"}
 RENDERER = JSONRenderer()
+# What a call on the event loop reads or deletes at most, beyond which a thread answers:
+# a kit test's session holds a few entries; a big one would hold every other request.
+LOOP_ROWS = 1000
+LOOP_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ async def lean_on_loop(
     """The response to a plain kit call, on the event loop; None: a thread must answer
     (``lean_response``), as the database is not a SQLite file, is busy, or the call is
     not plain."""
-    call = lean_call(scope, body)
+    call = lean_call(scope, body, on_loop=True)
     if call is None:
         return None
     try:
@@ -113,9 +117,13 @@ async def lean_on_loop(
     return response
 
 
-def lean_call(scope: MutableMapping[str, Any], body: bytes) -> LeanCall | None:
+def lean_call(
+    scope: MutableMapping[str, Any], body: bytes, *, on_loop: bool = False
+) -> LeanCall | None:
     """The kit call ``scope`` makes, when it is plain enough to answer lean (reading no
-    database yet), else None."""
+    database yet), else None. ``on_loop``: the job declines what would hold the event
+    loop (more than ``LOOP_ROWS`` of the session's entries, or ``LOOP_BYTES``)."""
+    most = LOOP_ROWS if on_loop else None
     if scope.get("root_path") or scope.get("query_string", b"").count(b"%"):
         return None
     method, path = scope["method"], scope["path"]
@@ -128,13 +136,13 @@ def lean_call(scope: MutableMapping[str, Any], body: bytes) -> LeanCall | None:
         if method == "DELETE":
             if body or scope.get("query_string"):
                 return None
-            return _resetting(token, SessionReset(key))
+            return _resetting(token, SessionReset(key), most)
         script = _script(scope, body)
-        return None if script is None else _resetting(token, SessionReset(key, script))
+        return None if script is None else _resetting(token, SessionReset(key, script), most)
     if method == "PUT" and FIXTURE_PATH.match(path):
-        return _same_fixture(scope, body, token)
+        return _same_fixture(scope, body, token, most)
     if method == "GET" and JOURNAL_PATH.match(path) and not body:
-        return _journal(scope, token)
+        return _journal(scope, token, LOOP_BYTES if on_loop else JournalPagination.PAGE_BYTES)
     return None
 
 
@@ -164,11 +172,11 @@ def _token_matches(token: str, run: Statements) -> bool:
     return bool(stored) and secrets.compare_digest(digest, stored[0]["digest"])
 
 
-def _resetting(token: str, reset: SessionReset) -> LeanCall:
+def _resetting(token: str, reset: SessionReset, most: int | None) -> LeanCall:
     """A session's fresh start (``services.reset_session``), answered as the views do."""
 
     def job(run: Statements) -> dict[str, Any] | None:
-        if not _token_matches(token, run):
+        if not _token_matches(token, run) or _more_entries(run, reset.session, most):
             return None
         return {"session": reset.session, **reset(run)}
 
@@ -186,7 +194,18 @@ def _script(scope: MutableMapping[str, Any], body: bytes) -> dict[str, Any] | No
         return None  # the view says what is wrong
 
 
-def _same_fixture(scope: MutableMapping[str, Any], body: bytes, token: str) -> LeanCall | None:
+def _more_entries(run: Statements, session: str, most: int | None) -> bool:
+    """Whether the session holds more than ``most`` journal entries (None: no bound)."""
+    if most is None:
+        return False
+    table = JournalEntry._meta.db_table
+    sql = f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE session = %s LIMIT %s) AS e"
+    return bool(run.rows(sql, [session, most + 1])[0][0] > most)
+
+
+def _same_fixture(
+    scope: MutableMapping[str, Any], body: bytes, token: str, most: int | None
+) -> LeanCall | None:
     """The fixture this process last replaced the rules with, again: only the session's
     fresh start (``?session=``) is left to do, as in the view."""
     params = _query(scope["query_string"])
@@ -195,7 +214,7 @@ def _same_fixture(scope: MutableMapping[str, Any], body: bytes, token: str) -> L
     reset = SessionReset(params["session"])
 
     def job(run: Statements) -> dict[str, Any] | None:
-        if not _token_matches(token, run):
+        if not _token_matches(token, run) or _more_entries(run, reset.session, most):
             return None
         [(stamp,)] = run.rows(STAMP_SQL) or [("",)]
         result = last_replace.unchanged(body, stamp.partition(":")[0])
@@ -207,7 +226,7 @@ def _same_fixture(scope: MutableMapping[str, Any], body: bytes, token: str) -> L
     return LeanCall(job, "GET, POST, PUT", write=True, reset=reset)
 
 
-def _journal(scope: MutableMapping[str, Any], token: str) -> LeanCall | None:
+def _journal(scope: MutableMapping[str, Any], token: str, most_bytes: int) -> LeanCall | None:
     params = _query(scope["query_string"])
     if params is None or not set(params) <= {"session", "page_size"} or "session" not in params:
         return None
@@ -223,8 +242,8 @@ def _journal(scope: MutableMapping[str, Any], token: str) -> LeanCall | None:
         # One page holding every entry, as the paginator chooses it; anything longer takes
         # the paginator's path (its cursors and links).
         sized = run.values(entries.values("id", "size")[: limit + 1])
-        if len(sized) > limit or sum(e["size"] for e in sized) > JournalPagination.PAGE_BYTES:
-            return None
+        if len(sized) > limit or sum(e["size"] for e in sized) > most_bytes:
+            return None  # on the loop, also what would hold it
         rows = run.values(entries.values(*JournalView.FIELDS)) if sized else []
         if [row["id"] for row in rows] != [e["id"] for e in sized]:
             return None  # the journal moved between the reads

@@ -348,3 +348,26 @@ def test_another_database_leaves_the_calls_to_the_thread(
     assert on_loop(scope("GET", "/control/journal", b"session=mine", authorization=TOKEN)) is None
     assert not SessionScript.objects.filter(session="mine").exists()
     assert lean_response(put, SCRIPT) is not None  # the thread answers it lean
+
+
+def test_a_big_session_is_left_to_the_thread_not_the_loop(
+    loop_hop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from staticagents.control import lean
+
+    monkeypatch.setattr(lean, "LOOP_ROWS", 2)
+    for n in range(3):
+        entry("mine", f"question {n}")
+    delete = scope("DELETE", "/control/sessions/mine", authorization=TOKEN)
+    assert on_loop(delete) is None
+    put = scope("PUT", "/control/sessions/mine", body=SCRIPT, authorization=TOKEN)
+    assert on_loop(put, SCRIPT) is None
+    read = scope("GET", "/control/journal", b"session=mine", authorization=TOKEN)
+    assert on_loop(read) is not None  # three small entries
+    JournalEntry.objects.filter(session="mine").update(size=100)
+    monkeypatch.setattr(lean, "LOOP_BYTES", 250)
+    assert on_loop(read) is None
+    assert lean_response(read, b"") is not None  # the thread reads a whole page lean
+    assert JournalEntry.objects.filter(session="mine").count() == 3
+    entry("other", "one")
+    assert on_loop(scope("DELETE", "/control/sessions/other", authorization=TOKEN)) is not None
