@@ -48,7 +48,7 @@ from staticagents.control.views import (
 )
 from staticagents.models import ControlToken, JournalEntry
 from staticagents.replying.journal import NotOnLoop, Statements, journal
-from staticagents.replying.snapshot import STAMP_SQL, active_ruleset, current_ruleset
+from staticagents.replying.snapshot import STAMP_SQL, active_ruleset
 from staticagents.selectors import journal_entries
 from staticagents.services import SessionReset
 
@@ -111,10 +111,9 @@ async def lean_on_loop(
         data = journal.run_on_loop(call.job, write=call.write)
     except NotOnLoop:
         return None
-    response = call.answered(data)
-    if response is not None and call.write:
-        await current_ruleset()  # built already, unless another change came between
-    return response
+    # A write's script is in this process's snapshot already (``snapshot.take_script``);
+    # were it not, the next reply would find the stamp moved and rebuild it.
+    return call.answered(data)
 
 
 def lean_call(
