@@ -1,6 +1,6 @@
 """The journal writer: every write to the request journal goes through ``journal``.
 
-``journal`` is a ``JournalWriter`` with three operations:
+``journal`` is a ``JournalWriter`` with these operations:
 
 * ``await journal.record(entry)`` (the reply routes and the WebSocket consumer,
   on the event loop): insert the row, return its id once it is committed;
@@ -16,7 +16,11 @@
 * ``await journal.run(job)`` (``journal.run_now(job)`` in a thread): run a
   dialect's own statements (a Galaxy exchange saved, an ADK session opened) in
   the next round's transaction, each job in a savepoint of its own, so that one
-  that fails fails only its request (``Statements``).
+  that fails fails only its request (``Statements``);
+* ``journal.run_on_loop(job)``: run a job at once, on the event loop's own
+  connection to a SQLite file, in a transaction of its own (the testing kit's
+  control calls, ``control.lean``); ``NotOnLoop`` when there is none or the
+  file is busy: the caller takes a thread (``run_now``) instead.
 
 On the event loop, many requests wait at once for their rows to be committed,
 so rows are written in rounds, one multi-row insert per round (a group commit),
