@@ -47,7 +47,7 @@ from staticagents.control.views import (
     script_document,
 )
 from staticagents.models import ControlToken, JournalEntry
-from staticagents.replying.journal import NotOnLoop, Statements, journal
+from staticagents.replying.journal import NotOnLoop, Prepared, Statements, journal
 from staticagents.replying.snapshot import STAMP_SQL, active_ruleset
 from staticagents.selectors import journal_entries
 from staticagents.services import SessionReset
@@ -237,13 +237,12 @@ def _journal(scope: MutableMapping[str, Any], token: str, most_bytes: int) -> Le
     def job(run: Statements) -> dict[str, Any] | None:
         if not _token_matches(token, run):
             return None
-        entries = journal_entries(session=session)
         # One page holding every entry, as the paginator chooses it; anything longer takes
         # the paginator's path (its cursors and links).
-        sized = run.values(entries.values("id", "size")[: limit + 1])
+        sized = run.values(_entries(run, session, ("id", "size"), limit + 1))
         if len(sized) > limit or sum(e["size"] for e in sized) > most_bytes:
             return None  # on the loop, also what would hold it
-        rows = run.values(entries.values(*JournalView.FIELDS)) if sized else []
+        rows = run.values(_entries(run, session, JournalView.FIELDS, None)) if sized else []
         if [row["id"] for row in rows] != [e["id"] for e in sized]:
             return None  # the journal moved between the reads
         for row in rows:
@@ -252,6 +251,22 @@ def _journal(scope: MutableMapping[str, Any], token: str, most_bytes: int) -> Le
         return {"count": len(rows), "next": None, "previous": None, "results": rows}
 
     return LeanCall(job, "GET, DELETE")
+
+
+# The journal's two queries are compiled once per kind of connection and page size: the
+# ORM's building and compiling took most of a read's CPU time (bench/README.md).
+_PREPARED: dict[tuple[str, str, tuple[str, ...], int | None], Prepared] = {}
+_SESSION = "\x00session"  # stands for the session key in the compiled parameters
+
+
+def _entries(run: Statements, session: str, fields: tuple[str, ...], limit: int | None) -> Prepared:
+    """``journal_entries(session=session).values(*fields)[:limit]``, prepared for ``run``."""
+    key = (run.db.vendor, run.placeholder, fields, limit)
+    prepared = _PREPARED.get(key)
+    if prepared is None:
+        rows = journal_entries(session=_SESSION).values(*fields)
+        prepared = _PREPARED[key] = run.prepare(rows[:limit] if limit else rows)
+    return prepared.with_params([session if p == _SESSION else p for p in prepared.params])
 
 
 def _query(query_string: bytes) -> dict[str, str] | None:

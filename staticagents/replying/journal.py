@@ -76,7 +76,7 @@ import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import orjson
@@ -209,17 +209,36 @@ class Statements:
         """A JSON column's value as read: text on SQLite, decoded already elsewhere."""
         return orjson.loads(value) if isinstance(value, str | bytes) else value
 
-    def values(self, rows: models.QuerySet[Any]) -> list[dict[str, Any]]:
+    def values(self, rows: models.QuerySet[Any] | Prepared) -> list[dict[str, Any]]:
         """What ``rows.values(...)`` gives, read on this connection: Django writes the
         query and converts the columns (dates, JSON), this cursor runs it."""
+        prepared = rows if isinstance(rows, Prepared) else self.prepare(rows)
+        self.cursor.execute(prepared.sql, prepared.params)
+        read = prepared.compiler.results_iter([self.cursor.fetchall()])
+        return [dict(zip(prepared.names, row, strict=True)) for row in read]
+
+    def prepare(self, rows: models.QuerySet[Any]) -> Prepared:
+        """``rows.values(...)`` compiled for this kind of connection (``values`` runs it)."""
         compiler = rows.query.get_compiler(connection=self.db)
         sql, params = compiler.as_sql()
         if self.placeholder != "%s":  # as Django's SQLite cursor rewrites it
             sql = sql.replace("%s", self.placeholder).replace("%%", "%")
-        self.cursor.execute(sql, params)
-        names = [*rows.query.extra_select, *rows.query.values_select]
-        rows_read = compiler.results_iter([self.cursor.fetchall()])
-        return [dict(zip(names, row, strict=True)) for row in rows_read]
+        names = (*rows.query.extra_select, *rows.query.values_select)
+        return Prepared(sql, tuple(params), names, compiler)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A queryset's ``values()`` compiled: its SQL, parameters and column names, and
+    Django's compiler, which converts the columns read."""
+
+    sql: str
+    params: tuple[Any, ...]
+    names: tuple[str, ...]
+    compiler: Any
+
+    def with_params(self, params: Sequence[Any]) -> Prepared:
+        return replace(self, params=tuple(params))
 
 
 Job = Callable[[Statements], Any]

@@ -202,6 +202,12 @@ def test_the_same_fixture_again_is_the_views_own(hop: Any) -> None:
 def loop_hop(transactional_db: None, settings: Any) -> Any:
     """The control API's server, its lean calls tried on the event loop; the test's
     writes are committed, so the loop's own connection sees them."""
+    from django.db import connection
+
+    from staticagents.replying.database import sqlite_file
+
+    if sqlite_file(connection) is None:  # test_another_database_... covers the others
+        pytest.skip("the event loop has a connection of its own only to a SQLite file")
     settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
     from staticagents.asgi import http_application
 
