@@ -206,7 +206,7 @@ def loop_hop(transactional_db: None, settings: Any) -> Any:
 
     from staticagents.replying.database import sqlite_file
 
-    if sqlite_file(connection) is None:  # test_another_database_... covers the others
+    if sqlite_file(connection) is None:  # test_another_database_... runs on any
         pytest.skip("the event loop has a connection of its own only to a SQLite file")
     settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
     from staticagents.asgi import http_application
@@ -344,10 +344,11 @@ def test_a_kit_test_takes_no_thread_hop_on_sqlite(
 
 
 def test_another_database_leaves_the_calls_to_the_thread(
-    loop_hop: Any, monkeypatch: pytest.MonkeyPatch
+    transactional_db: None, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from staticagents.replying import journal
 
+    settings.STATIC_AGENTS_CONTROL_TOKEN = CONTROL_TOKEN
     monkeypatch.setattr(journal, "sqlite_file", lambda db: None)  # as on PostgreSQL
     put = scope("PUT", "/control/sessions/mine", body=SCRIPT, authorization=TOKEN)
     assert on_loop(put, SCRIPT) is None
