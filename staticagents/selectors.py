@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -85,12 +86,20 @@ def stored_upstreams() -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def stored_defaults_and_fallback() -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The defaults (``confidence`` "medium" unless set) and the fallback, in fixture form."""
+    defaults, fallback = stored_defaults_and_fallback_rows()
+    return exported_defaults(defaults), fallback
+
+
+def stored_defaults_and_fallback_rows() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The defaults' and the fallback's rows in fixture form; None for a row there is not."""
     defaults = Defaults.objects.filter(pk=1).first()
     fallback = Fallback.objects.first()
-    return (
-        {"confidence": "medium", **(defaults.document() if defaults else {})},
-        fallback.document() if fallback else None,
-    )
+    return defaults.document() if defaults else None, fallback.document() if fallback else None
+
+
+def exported_defaults(row: dict[str, Any] | None) -> dict[str, Any]:
+    return {"confidence": "medium", **(row or {})}
 
 
 def stored_rules(
@@ -171,16 +180,61 @@ def digested_document(
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """``export_document()``, and its rules' documents by digest (those that have one);
     rules whose digest is in ``known`` are not read (``stored_rules``)."""
+    ruleset = stored_ruleset(known)
+    return ruleset.document(), {digest: rule for digest, rule in ruleset.rules if digest}
+
+
+@dataclass(frozen=True)
+class StoredRuleset:
+    """The stored ruleset in fixture form, in the parts a snapshot is built of."""
+
+    rules: list[tuple[str, dict[str, Any]]]  # (digest, document), in order
+    defaults: dict[str, Any] | None  # the rows (``stored_defaults_and_fallback_rows``)
+    fallback: dict[str, Any] | None
+    upstreams: list[dict[str, Any]]
+    modes: dict[str, Any]
+
+    def document(self) -> dict[str, Any]:
+        """The export's document (``export_document``)."""
+        rules = [rule for _, rule in self.rules]
+        document = {"version": 1, "defaults": exported_defaults(self.defaults), "rules": rules}
+        if self.fallback is not None:
+            document["fallback"] = self.fallback
+        if self.upstreams or self.modes:
+            document.update(upstreams=self.upstreams, modes=self.modes)
+        return document
+
+
+def stored_ruleset(known: Mapping[str, dict[str, Any]]) -> StoredRuleset:
+    """The stored ruleset, read in one snapshot; rules whose digest is in ``known`` are not
+    read (``stored_rules``)."""
     with one_snapshot():
-        defaults, fallback = stored_defaults_and_fallback()
+        defaults, fallback = stored_defaults_and_fallback_rows()
         rules = stored_rules(known)
         upstreams, modes = stored_upstreams()
-    document = {"version": 1, "defaults": defaults, "rules": [rule for _, rule in rules]}
-    if fallback is not None:
-        document["fallback"] = fallback
-    if upstreams or modes:
-        document.update(upstreams=upstreams, modes=modes)
-    return document, {digest: rule for digest, rule in rules if digest}
+    return StoredRuleset(rules, defaults, fallback, upstreams, modes)
+
+
+class WrittenRuleset:
+    """The ruleset as this process's last write to it left it, and the stamp that write set
+    (``services``): while the database holds that stamp, it holds that ruleset, so the next
+    replace need not read it back. Every write to the ruleset sets a new stamp (a uuid), and
+    a write rolled back leaves a stamp that is never read; a row changed without a service
+    (no new stamp) goes unseen here as it does by every worker's snapshot."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, StoredRuleset] | None = None
+
+    def remember(self, stamp: str, ruleset: StoredRuleset) -> None:
+        self._last = (stamp, ruleset)
+
+    def at(self, stamp: str) -> StoredRuleset | None:
+        """The ruleset written with ``stamp`` (the rules' part of the stamp), or None."""
+        last = self._last
+        return last[1] if last is not None and last[0] == stamp else None
+
+
+written_ruleset = WrittenRuleset()
 
 
 # -- the ruleset's history --------------------------------------------------------

@@ -11,12 +11,13 @@ signal receivers: a model saved or deleted elsewhere does not reach the workers.
 from __future__ import annotations
 
 import datetime
+import functools
 import secrets
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Max, Model, QuerySet
 from django.utils import timezone
@@ -42,10 +43,13 @@ from staticagents.replying import live
 from staticagents.replying.journal import Statements, journal
 from staticagents.replying.snapshot import snapshot_stamp, take_script
 from staticagents.selectors import (
-    digested_document,
+    StoredRuleset,
     rule_shadows,
     ruleset_version,
+    stored_defaults_and_fallback_rows,
+    stored_ruleset,
     stored_upstreams,
+    written_ruleset,
 )
 
 
@@ -89,50 +93,82 @@ COMMAND = "command"  # a management command, or any code calling a service itsel
 # -- the ruleset version --------------------------------------------------------
 
 
-def _bump_version(*, by: str, what: str, written: Iterable[_RuleRows] = ()) -> int:
-    """Record that the rules changed; every worker rebuilds its snapshot on its next request.
-
-    Each service below calls it once, last in its transaction: workers see the
-    new version and the new rules together, when the transaction commits. The
-    version is kept in the history with ``by`` and ``what`` (``written``: the
-    rows of the rules the service wrote from documents, whose documents need
-    no reading back). Returns the new version's number.
-    """
-    updated = RulesetState.objects.filter(pk=1).update(
-        version=F("version") + 1, stamp=RulesetState.new_stamp()
-    )
-    if not updated:
-        RulesetState.objects.get_or_create(
-            pk=1, defaults={"version": 1, "stamp": RulesetState.new_stamp()}
-        )
-    number = _record_version(by=by, what=what, written=written)
-    transaction.on_commit(lambda: live.announce_ruleset(number))
-    return number
-
-
 # The documents of the rules of the last version this process recorded, by digest: rules
 # left as they were are not read again. A digest names one document, so a stale entry is
 # never wrong, only unused.
 _recorded: dict[str, dict[str, Any]] = {}
 
 
-def _record_version(*, by: str, what: str, written: Iterable[_RuleRows]) -> int:
-    """Keep the ruleset as it is now, as the version just bumped to; drop the oldest versions
-    beyond ``STATIC_AGENTS_VERSIONS_KEEP``."""
+def _bump_version(
+    *,
+    by: str,
+    what: str,
+    written: Iterable[_RuleRows] = (),
+    ruleset: StoredRuleset | None = None,
+) -> int:
+    """Record that the rules changed; every worker rebuilds its snapshot on its next request.
+
+    Each service below calls it once, last in its transaction: workers see the
+    new version and the new rules together, when the transaction commits. The
+    version is kept in the history with ``by`` and ``what``: ``ruleset`` when the
+    service knows the whole of it (a replace), else read back (``written``: the
+    rows of the rules the service wrote from documents, whose documents need no
+    reading back). Returns the new version's number.
+    """
     global _recorded
-    number = RulesetState.objects.values_list("version", flat=True).get(pk=1)
-    known = {**_recorded, **{rows.digest: rows.document for rows in written}}
-    document, _recorded = digested_document(known)
-    RulesetVersion.objects.create(
+    stamp = RulesetState.new_stamp()
+    number = _next_version(stamp)
+    if ruleset is None:
+        ruleset = stored_ruleset({**_recorded, **{rows.digest: rows.document for rows in written}})
+    else:
+        written_ruleset.remember(stamp, ruleset)
+    _recorded = {digest: rule for digest, rule in ruleset.rules if digest}
+    _record_version(number=number, by=by, what=what, document=ruleset.document())
+    transaction.on_commit(lambda: live.announce_ruleset(number))
+    return number
+
+
+def _next_version(stamp: str) -> int:
+    """Bump the version, set the rules' stamp; the new version's number."""
+    if connection.features.can_return_columns_from_insert:  # and from an UPDATE
+        with connection.cursor() as cursor:
+            cursor.execute(_bump_sql(), [stamp])
+            row = cursor.fetchone()
+        if row is not None:
+            return int(row[0])
+    elif RulesetState.objects.filter(pk=1).update(version=F("version") + 1, stamp=stamp):
+        return RulesetState.objects.values_list("version", flat=True).get(pk=1)
+    state, _ = RulesetState.objects.get_or_create(pk=1, defaults={"version": 1, "stamp": stamp})
+    return state.version
+
+
+@functools.cache
+def _bump_sql() -> str:
+    quote = connection.ops.quote_name
+    version = quote("version")
+    return (
+        f"UPDATE {quote(RulesetState._meta.db_table)} SET {version} = {version} + 1, "
+        f"{quote('stamp')} = %s WHERE {quote('id')} = 1 RETURNING {version}"
+    )
+
+
+def _record_version(*, number: int, by: str, what: str, document: dict[str, Any]) -> None:
+    """Keep ``document`` as version ``number``; drop the oldest versions beyond
+    ``STATIC_AGENTS_VERSIONS_KEEP``."""
+    db = connections[RulesetVersion.objects.db]
+    version = RulesetVersion(
         number=number,
         by=by[: RulesetVersion._meta.get_field("by").max_length],
         what=_shortened(what, RulesetVersion._meta.get_field("what").max_length or 0),
         packed=RulesetVersion.pack(document),
     )
-    RulesetVersion.objects.filter(
-        number__lte=number - settings.STATIC_AGENTS_VERSIONS_KEEP
-    ).delete()
-    return number
+    fields = list(RulesetVersion._meta.concrete_fields)
+    table, column = db.ops.quote_name(RulesetVersion._meta.db_table), db.ops.quote_name("number")
+    # Two plain statements: through the ORM, compiling them cost ten times their running.
+    with db.cursor() as cursor:
+        cursor.execute(_insert_sql(db, RulesetVersion, fields, []), _values(db, version, fields))
+        oldest = number - settings.STATIC_AGENTS_VERSIONS_KEEP
+        cursor.execute(f"DELETE FROM {table} WHERE {column} <= %s", [oldest])
 
 
 def _shortened(text: str, length: int) -> str:
@@ -188,14 +224,17 @@ def _import(
     result, number = ImportResult(0, 0, 0, dry_run), None
     # A replace's rows are made before the transaction: SQLite's write lock, which every
     # reply's journal row waits for, is then held only while the statements run.
-    made = None if merge else [_rule_rows(doc, i) for i, doc in enumerate(document["rules"])]
+    known = _recorded
+    made = None if merge else [_rule_rows(doc, i, known) for i, doc in enumerate(document["rules"])]
     try:
         with transaction.atomic():
+            ruleset = None
             if made is None:
                 result, written = _merge(document)
                 changed = True
             else:
-                (result, changed), written = _replace(document, made), made
+                (result, ruleset), written = _replace(document, made), made
+                changed = ruleset is not None
             # A replaced ruleset is the document: no need to read it back.
             shadows = rule_shadows() if merge else shadowed_rules(document["rules"])
             warnings = tuple(shadow.message() for shadow in shadows.values())
@@ -203,75 +242,101 @@ def _import(
             if dry_run:
                 raise DryRunRollback
             if changed:  # a replace by the very rules stored changes nothing
-                number = _bump_version(by=by, what=what, written=written)
+                number = _bump_version(by=by, what=what, written=written, ruleset=ruleset)
     except DryRunRollback:
         pass  # the counts and warnings of what would have been
     return result, number
 
 
-def _replace(document: dict[str, Any], made: list[_RuleRows]) -> tuple[ImportResult, bool]:
+def _replace(
+    document: dict[str, Any], made: list[_RuleRows]
+) -> tuple[ImportResult, StoredRuleset | None]:
     """Make the stored rules exactly the document's (``made``: its rules' rows, in order),
     rewriting only the rules whose document differs (``Rule.digest``), so the snapshot
-    recompiles only those; a rule that only moved gets its new place. Also says whether
-    anything changed."""
-    stored = {rule.name: rule for rule in Rule.objects.only("id", "name", "position", "digest")}
-    wanted = {doc["name"] for doc in document["rules"]}
-    gone_names = sorted(
-        (name for name in stored if name not in wanted), key=lambda n: stored[n].position
-    )
-    gone = [stored[name].pk for name in gone_names]
+    recompiles only those; a rule that only moved gets its new place. Also the ruleset as
+    it is now, or None when nothing changed.
+
+    The ruleset this process's last replace left is not read again while its stamp is the
+    stored one (``selectors.WrittenRuleset``)."""
+    before = written_ruleset.at(_locked_rules_stamp())
+    stored = _rule_places(before)
+    wanted = {rows.name for rows in made}
+    gone = sorted((name for name in stored if name not in wanted), key=lambda n: stored[n][0])
     deleted = 0
     for start in range(0, len(gone), 500):  # a bounded number of parameters per statement
-        deleted += _delete_rules(Rule.objects.filter(pk__in=gone[start : start + 500]))
+        deleted += _delete_rules(Rule.objects.filter(name__in=gone[start : start + 500]))
     fresh: list[_RuleRows] = []
     rewritten: list[_RuleRows] = []
-    moved: list[Rule] = []
-    unchanged = 0
+    moved: list[tuple[int, str]] = []
     for position, rows in enumerate(made):
-        rule = stored.get(rows.name)
-        if rule is None or not rule.digest or rule.digest != rows.digest:
-            (fresh if rule is None else rewritten).append(rows)
-            continue
-        unchanged += 1
-        if rule.position != position:
-            rule.position = position
-            moved.append(rule)
-    Rule.objects.bulk_update(moved, ["position"], batch_size=500)
-    _write_rule_rows(fresh, rewritten)
-    extras_changed = _replace_defaults_and_fallback(document["defaults"], document["fallback"])
+        place, digest = stored.get(rows.name, (None, ""))
+        if not digest or digest != rows.digest:
+            (fresh if place is None else rewritten).append(rows.written())
+        elif place != position:
+            moved.append((position, rows.name))
+    _write_rule_rows(fresh, rewritten, moved)
+    extras_changed, defaults, fallback = _replace_defaults_and_fallback(
+        document["defaults"], document["fallback"], before
+    )
     if "upstreams" in document:  # the environment's upstreams stay unless the document says
-        extras_changed |= _replace_upstreams(document["upstreams"], document["modes"])
+        changed, upstreams, modes = _replace_upstreams(
+            document["upstreams"], document["modes"], before
+        )
+        extras_changed |= changed
+    else:
+        upstreams, modes = (before.upstreams, before.modes) if before else stored_upstreams()
     result = ImportResult(
         len(fresh),
         len(rewritten),
         deleted,
-        unchanged=unchanged,
+        unchanged=len(made) - len(fresh) - len(rewritten),
         created_names=tuple(rows.name for rows in fresh),
         updated_names=tuple(rows.name for rows in rewritten),
-        deleted_names=tuple(gone_names),
+        deleted_names=tuple(gone),
     )
-    return result, bool(fresh or rewritten or deleted or moved or extras_changed)
+    if not (fresh or rewritten or deleted or moved or extras_changed):
+        return result, None
+    rules = [(rows.digest, rows.document) for rows in made]
+    return result, StoredRuleset(rules, defaults, fallback, upstreams, modes)
+
+
+def _locked_rules_stamp() -> str:
+    """The rules' stamp, its row locked until the transaction ends (SQLite's write
+    transaction holds the whole database already)."""
+    table = connection.ops.quote_name(RulesetState._meta.db_table)
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT stamp FROM {table} WHERE id = 1{lock}")
+        row = cursor.fetchone()
+    return str(row[0]) if row else ""
+
+
+def _rule_places(known: StoredRuleset | None) -> dict[str, tuple[int, str]]:
+    """Each stored rule's position and digest, by name (``known``: the stored ruleset, whose
+    rules a replace numbered 0..n-1)."""
+    if known is not None:
+        return {rule["name"]: (i, digest) for i, (digest, rule) in enumerate(known.rules)}
+    rows = Rule.objects.values_list("name", "position", "digest")
+    return {name: (position, digest) for name, position, digest in rows}
 
 
 def _replace_defaults_and_fallback(
-    defaults: dict[str, Any] | None, fallback: dict[str, Any] | None
-) -> bool:
-    """Store the defaults and fallback unless they are stored already; whether they were not."""
-    stored_defaults = Defaults.objects.filter(pk=1).first()
-    stored_fallback = Fallback.objects.first()
-    stored = (
-        stored_defaults.document() if stored_defaults else None,
-        stored_fallback.document() if stored_fallback else None,
-    )
+    defaults: dict[str, Any] | None,
+    fallback: dict[str, Any] | None,
+    known: StoredRuleset | None,
+) -> tuple[bool, dict[str, Any] | None, dict[str, Any] | None]:
+    """Store the defaults and fallback unless they are stored already (``known``: the stored
+    ruleset, else read): whether they were not, and the rows as they are now."""
+    stored = (known.defaults, known.fallback) if known else stored_defaults_and_fallback_rows()
     wanted = (
         None if defaults is None else Defaults(**_defaults_fields(defaults)).document(),
         None if fallback is None else Fallback(**Fallback.fields_from(fallback)).document(),
     )
     if stored == wanted:
-        return False
+        return False, *wanted
     _set_defaults(defaults)
     _set_fallback(fallback)
-    return True
+    return True, *wanted
 
 
 def _merge(document: dict[str, Any]) -> tuple[ImportResult, list[_RuleRows]]:
@@ -296,7 +361,7 @@ def _merge(document: dict[str, Any]) -> tuple[ImportResult, list[_RuleRows]]:
     if document["fallback"] is not None:
         _set_fallback(document["fallback"])
     if "upstreams" in document:
-        _replace_upstreams(document["upstreams"], document["modes"])
+        _replace_upstreams(document["upstreams"], document["modes"])  # read back at the bump
     result = ImportResult(
         created=len(fresh),
         updated=len(existing),
@@ -349,11 +414,24 @@ class _RuleRows:
     name: str
     digest: str  # ``Rule.digest``
     document: dict[str, Any]  # ``Rule.document()``, as the rows will read back
-    rule: list[Any]
+    rule: list[Any] | None  # None: not made (``written``)
     responses: list[list[Any]]
+    source: dict[str, Any]  # the validated rule document
+    position: int
+
+    def written(self) -> _RuleRows:
+        """These rows, made now if they were not."""
+        return self if self.rule is not None else _rule_rows(self.source, self.position)
 
 
-def _rule_rows(doc: dict[str, Any], position: int) -> _RuleRows:
+def _rule_rows(
+    doc: dict[str, Any], position: int, known: Mapping[str, dict[str, Any]] | None = None
+) -> _RuleRows:
+    """The rows of a rule; not made when its digest is ``known`` (documents by digest: a rule
+    stored as it is, most likely, whose rows are made only if it must be written after all)."""
+    digest = Rule.digest_of(doc)
+    if known and digest in known:
+        return _RuleRows(doc["name"], digest, known[digest], None, [], doc, position)
     db = connections[Rule.objects.db]
     rule = Rule(position=position, **Rule.fields_from(doc))
     responses = [
@@ -366,6 +444,8 @@ def _rule_rows(doc: dict[str, Any], position: int) -> _RuleRows:
         document=rule.document([response.document() for response in responses]),
         rule=_values(db, rule, _rule_fields()),
         responses=[[*_values(db, r, _response_fields()), rule.name] for r in responses],
+        source=doc,
+        position=position,
     )
 
 
@@ -377,9 +457,12 @@ def _response_fields() -> list[Field[Any, Any]]:
     return [f for f in RuleResponse._meta.concrete_fields if not f.primary_key and f.name != "rule"]
 
 
-def _write_rule_rows(fresh: list[_RuleRows], rewritten: list[_RuleRows]) -> None:
+def _write_rule_rows(
+    fresh: list[_RuleRows], rewritten: list[_RuleRows], moved: Sequence[tuple[int, str]] = ()
+) -> None:
     """Insert the ``fresh`` rules; rewrite the ``rewritten`` ones in place (found by name,
-    their responses replaced); then insert the responses of both."""
+    their responses replaced); then insert the responses of both. ``moved``: (position,
+    name) of rules that only get a new place."""
     db = connections[Rule.objects.db]
     quote = db.ops.quote_name
     rules, name = quote(Rule._meta.db_table), quote("name")
@@ -394,7 +477,7 @@ def _write_rule_rows(fresh: list[_RuleRows], rewritten: list[_RuleRows]) -> None
             setting = ", ".join(f"{quote(f.column)} = %s" for f in _rule_fields())
             cursor.executemany(
                 f"UPDATE {rules} SET {setting} WHERE {name} = %s",
-                [[*rows.rule, rows.name] for rows in rewritten],
+                [[*(rows.rule or ()), rows.name] for rows in rewritten],
             )
             cursor.executemany(
                 f"DELETE FROM {quote(RuleResponse._meta.db_table)} WHERE {rule_id} = {find_rule}",
@@ -403,6 +486,9 @@ def _write_rule_rows(fresh: list[_RuleRows], rewritten: list[_RuleRows]) -> None
         if responses:
             insert = _insert_sql(db, RuleResponse, _response_fields(), [("rule_id", find_rule)])
             cursor.executemany(insert, responses)
+        if moved:
+            position = quote(Rule._meta.get_field("position").column)
+            cursor.executemany(f"UPDATE {rules} SET {position} = %s WHERE {name} = %s", moved)
 
 
 def _insert_sql(
@@ -506,7 +592,7 @@ def set_upstreams(
     """Replace the upstreams and modes with validated ones (``schema.validate_upstreams``);
     whether anything changed."""
     with transaction.atomic():
-        changed = _replace_upstreams(upstreams, modes)
+        changed, _, _ = _replace_upstreams(upstreams, modes)
         if changed:
             _bump_version(by=by, what="replaced the upstreams and modes")
     return changed
@@ -557,14 +643,19 @@ def delete_agent_modes(*, agent_types: Collection[str], by: str = COMMAND) -> in
     return deleted
 
 
-def _replace_upstreams(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -> bool:
-    """Store the upstreams and modes unless they are stored already; whether they were not."""
+def _replace_upstreams(
+    upstreams: list[dict[str, Any]], modes: dict[str, Any], known: StoredRuleset | None = None
+) -> tuple[bool, list[dict[str, Any]], dict[str, Any]]:
+    """Store the upstreams and modes unless they are stored already (``known``: the stored
+    ruleset, else read): whether they were not, and the upstreams and modes as they are now."""
     made = [
         Upstream(position=i, **{key: doc[key] for key in Upstream.KEYS if key in doc})
         for i, doc in enumerate(upstreams)
     ]
-    if stored_upstreams() == ([row.document() for row in made], modes):
-        return False
+    documents = [row.document() for row in made]
+    stored = (known.upstreams, known.modes) if known else stored_upstreams()
+    if stored == (documents, modes):
+        return False, *stored
     Upstream.objects.all().delete()
     AgentMode.objects.all().delete()
     Upstream.objects.bulk_create(made)
@@ -576,7 +667,7 @@ def _replace_upstreams(upstreams: list[dict[str, Any]], modes: dict[str, Any]) -
         default = modes.get("default", "static")
         rows.append(AgentMode(agent_type="", mode=default, upstream=modes.get("upstream")))
     AgentMode.objects.bulk_create(rows)
-    return True
+    return True, documents, AgentMode.modes_document(rows)
 
 
 # -- single rules (the control API and the admin) -------------------------------------

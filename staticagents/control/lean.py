@@ -8,8 +8,8 @@ URL resolver, content negotiation, the filter serializer's deep copy and the
 paginator (about half of a journal read's CPU time, bench/README.md).
 
 ``lean_call`` picks out the plain, well-formed case of the script install and
-the session's end, of the same fixture again (``?session=``;
-``views.LastReplace``) and of the journal read itself, as a journal job
+the session's end, of a fixture replacing the rules (``?session=``; the same
+fixture again changes nothing, ``views.LastReplace``) and of the journal read, as a journal job
 (``replying.journal.Statements``) that answers with the views' own functions.
 Anything else gives None, and so does the job for what it finds it cannot
 answer: another authentication (a staff session), a bad or missing token, an
@@ -44,13 +44,16 @@ from staticagents.control.views import (
     body_truncated,
     control_token_matches,
     last_replace,
+    replace_rules,
     script_document,
 )
+from staticagents.document.files import MAX_FIXTURE_BYTES, load_fixture
 from staticagents.models import ControlToken, JournalEntry
+from staticagents.replying.background import background_work
 from staticagents.replying.journal import NotOnLoop, Prepared, Statements, journal
 from staticagents.replying.snapshot import STAMP_SQL, active_ruleset
 from staticagents.selectors import journal_entries
-from staticagents.services import SessionReset
+from staticagents.services import CONTROL_API, SessionReset
 
 Message = dict[str, Any]
 
@@ -139,7 +142,7 @@ def lean_call(
         script = _script(scope, body)
         return None if script is None else _resetting(token, SessionReset(key, script), most)
     if method == "PUT" and FIXTURE_PATH.match(path):
-        return _same_fixture(scope, body, token, most)
+        return _fixture(scope, body, token, most, on_loop)
     if method == "GET" and JOURNAL_PATH.match(path) and not body:
         return _journal(scope, token, LOOP_BYTES if on_loop else JournalPagination.PAGE_BYTES)
     return None
@@ -202,11 +205,13 @@ def _more_entries(run: Statements, session: str, most: int | None) -> bool:
     return bool(run.rows(sql, [session, most + 1])[0][0] > most)
 
 
-def _same_fixture(
-    scope: MutableMapping[str, Any], body: bytes, token: str, most: int | None
+def _fixture(
+    scope: MutableMapping[str, Any], body: bytes, token: str, most: int | None, on_loop: bool
 ) -> LeanCall | None:
-    """The fixture this process last replaced the rules with, again: only the session's
-    fresh start (``?session=``) is left to do, as in the view."""
+    """A fixture replacing the rules, then the session's fresh start (``?session=``), as
+    the view does it. The fixture this process last replaced the rules with, again,
+    changes nothing (``views.LastReplace``): the loop answers that; a replace that
+    writes rules takes the control thread (the ORM's)."""
     params = _query(scope["query_string"])
     if params is None or set(params) != {"session"} or not SESSION_KEY.match(params["session"]):
         return None
@@ -218,7 +223,14 @@ def _same_fixture(
         [(stamp,)] = run.rows(STAMP_SQL) or [("",)]
         result = last_replace.unchanged(body, stamp.partition(":")[0])
         if result is None:
-            return None
+            if on_loop or len(body) > MAX_FIXTURE_BYTES:
+                return None  # the thread replaces; the view names a body past the limit
+            with background_work():
+                try:
+                    document = load_fixture(body, source="request body")
+                except Exception:
+                    return None  # the view says what is wrong
+                result = replace_rules(body, document, by=CONTROL_API)
         reset(run)
         return asdict(result)
 

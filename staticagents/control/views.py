@@ -394,14 +394,12 @@ class FixtureView(ControlView):
                 document = load_fixture(body, source="request body")
                 if "upstreams" in document:
                     require(request, UpstreamsView.needs["PUT"], "a fixture that sets upstreams")
-                with transaction.atomic():  # the stamp remembered is the one this replace left
-                    if replacing:
-                        last_replace.lock_stamp()
+                if replacing:
+                    result = replace_rules(body, document, by=writer(request))
+                else:
                     result = import_fixture(
                         document=document, merge=merge, dry_run=dry_run, by=writer(request)
                     )
-                    if replacing:
-                        last_replace.remember(body, result)
         session = request.query_params.get("session")
         if session and not dry_run:  # the testing kit's session starts afresh with the rules
             reset_session(session=session)
@@ -409,6 +407,15 @@ class FixtureView(ControlView):
         # previous snapshot (replying.snapshot), and this call returns once it is installed.
         active_ruleset()
         return Response(asdict(result))
+
+
+def replace_rules(body: bytes, document: dict[str, Any], *, by: str) -> ImportResult:
+    """Replace the rules with ``document``, loaded from ``body`` (``last_replace``)."""
+    with transaction.atomic():  # the stamp remembered is the one this replace left
+        last_replace.lock_stamp()
+        result = import_fixture(document=document, by=by)
+        last_replace.remember(body, result)
+    return result
 
 
 class LastReplace:

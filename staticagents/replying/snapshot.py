@@ -51,11 +51,14 @@ from staticagents.models import RulesetState
 from staticagents.replying.background import background_work
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
 from staticagents.selectors import (
+    StoredRuleset,
+    exported_defaults,
     one_snapshot,
-    stored_defaults_and_fallback,
+    stored_defaults_and_fallback_rows,
     stored_rules,
     stored_scripts,
     stored_upstreams,
+    written_ruleset,
 )
 
 # Raw SQL: it runs on every request, and the ORM would cost it ten times over.
@@ -208,39 +211,60 @@ def build_ruleset(
     previous: Ruleset | None = None, *, sizing: Callable[[int], None] | None = None
 ) -> Ruleset:
     """Compile the stored rules and scripts, with the stamp they were read at; when only
-    the scripts changed since ``previous``, its rules are kept as they are. ``sizing`` is
-    told how many rules are read anew (and compiled), before they are."""
+    the scripts changed since ``previous``, its rules are kept as they are, and when only
+    the rules did, its scripts. ``sizing`` is told how many rules are read anew (and
+    compiled), before they are."""
     global _documents
     window = settings.STATIC_AGENTS_MATCH_WINDOW
     # One consistent read (never half an old fixture), taking no write lock.
     with one_snapshot():
         stamp = ruleset_stamp()
-        kept = previous.scripts if previous is not None else None
-        scripts = compile_scripts(stored_scripts(), window=window, previous=kept)
+        if previous is not None and _scripts_part(previous.stamp) == _scripts_part(stamp):
+            scripts = previous.scripts
+        else:
+            kept = previous.scripts if previous is not None else None
+            scripts = compile_scripts(stored_scripts(), window=window, previous=kept)
         if previous is not None and _rules_part(previous.stamp) == _rules_part(stamp):
             if sizing is not None:
                 sizing(0)
             return replace(previous, stamp=stamp, scripts=scripts)
-        rules = stored_rules({**_documents[1], **_documents[0]}, sizing)
-        stored_defaults, fallback = stored_defaults_and_fallback()
-        upstreams, modes = stored_upstreams()
+        known = {**_documents[1], **_documents[0]}
+        stored = _written(_rules_part(stamp))
+        if stored is None:
+            rules = stored_rules(known, sizing)
+            defaults_row, fallback = stored_defaults_and_fallback_rows()
+            upstreams, modes = stored_upstreams()
+            stored = StoredRuleset(rules, defaults_row, fallback, upstreams, modes)
+        elif sizing is not None:  # none is read, as many compiled
+            sizing(sum(1 for digest, _ in stored.rules if not digest or digest not in known))
     stale = _documents[1]
-    _documents = ({digest: rule for digest, rule in rules if digest}, _documents[0])
+    _documents = ({digest: rule for digest, rule in stored.rules if digest}, _documents[0])
     while stale:  # freed one by one, as the compiler frees its stale rules
         stale.popitem()
-    defaults = dict(stored_defaults)
+    defaults = exported_defaults(stored.defaults)
     defaults["stream"] = {**server_stream_defaults(), **defaults.get("stream", {})}
     ruleset = compile_ruleset(
         stamp=stamp,
-        rules=[rule for _, rule in rules],
+        rules=[rule for _, rule in stored.rules],
         defaults=defaults,
-        fallback=fallback,
+        fallback=stored.fallback,
         window=window,
         scripts=scripts,
         compiler=compiler,
         budget=settings.STATIC_AGENTS_MATCH_BUDGET_MS / 1000,
     )
-    return replace(ruleset, routing=compile_routing(upstreams, modes))
+    return replace(ruleset, routing=compile_routing(stored.upstreams, stored.modes))
+
+
+def _written(stamp: str) -> StoredRuleset | None:
+    """The ruleset this process's last replace wrote, while ``stamp`` is the one it set.
+    Only on SQLite: PostgreSQL's jsonb gives objects back with their keys in an order of its
+    own, and every worker must answer from the same documents."""
+    return written_ruleset.at(stamp) if connection.vendor == "sqlite" else None
+
+
+def _scripts_part(stamp: str) -> str:
+    return stamp.partition(":")[2]
 
 
 def _rules_part(stamp: str) -> str:

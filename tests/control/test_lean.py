@@ -12,7 +12,12 @@ import pytest
 from django.test import Client
 
 from staticagents.control.lean import lean_on_loop, lean_response
-from staticagents.models import JournalEntry, SessionScript
+from staticagents.core.inquiry import Inquiry
+from staticagents.core.matching import match_inquiry
+from staticagents.document.files import load_fixture
+from staticagents.models import JournalEntry, Rule, RulesetVersion, SessionScript
+from staticagents.replying.snapshot import active_ruleset
+from staticagents.selectors import export_document
 from tests.conftest import CONTROL_TOKEN
 
 TOKEN = f"Bearer {CONTROL_TOKEN}".encode()
@@ -169,11 +174,14 @@ FIXTURE = json.dumps(
 ).encode()
 
 
+def put_fixture(body: bytes, query: bytes = b"session=mine") -> Any:
+    return scope("PUT", "/control/fixture", query, body=body, authorization=TOKEN)
+
+
 def test_the_same_fixture_again_is_the_views_own(hop: Any) -> None:
-    put = scope("PUT", "/control/fixture", b"session=mine", body=FIXTURE, authorization=TOKEN)
-    assert lean_response(put, FIXTURE) is None  # a first replace: the view's work
-    first = json.loads(hop.respond(put, FIXTURE)[1])
-    assert first["created"] == 1
+    put = put_fixture(FIXTURE)
+    first = lean_response(put, FIXTURE)  # a first replace, served lean too
+    assert first is not None and json.loads(first[1])["created"] == 1
     entry("mine", "before the fixture")
     assert lean_response(put, FIXTURE) is not None  # served lean (the session started afresh)
     entry("mine", "before the fixture")
@@ -183,16 +191,44 @@ def test_the_same_fixture_again_is_the_views_own(hop: Any) -> None:
     assert json.loads(lean[1])["unchanged"] == 1
     assert not JournalEntry.objects.filter(session="mine").exists()  # started afresh
     for query in (b"", b"session=mine&dry_run=1", b"session=%20"):
-        other = scope("PUT", "/control/fixture", query, body=FIXTURE, authorization=TOKEN)
-        assert lean_response(other, FIXTURE) is None
+        assert lean_response(put_fixture(FIXTURE, query), FIXTURE) is None
+
+
+def test_a_fixture_with_one_rule_changed_is_the_views_own(hop: Any) -> None:
     changed = FIXTURE.replace(b"Hi", b"Hello")
-    assert (
-        lean_response(
-            scope("PUT", "/control/fixture", b"session=mine", body=changed, authorization=TOKEN),
-            changed,
-        )
-        is None
-    )
+    answers, kept = [], []
+    for respond in (lean_response, hop.through_django):
+        hop.through_django(put_fixture(FIXTURE), FIXTURE)
+        entry("mine", "before the fixture")
+        answers.append(respond(put_fixture(changed), changed))
+        version = RulesetVersion.objects.order_by("-number")[0]
+        kept.append((version.by, version.what, version.document()))
+        assert not JournalEntry.objects.filter(session="mine").exists()  # started afresh
+    same(*answers)
+    assert json.loads(answers[0][1])["updated_names"] == ["greet"]
+    assert kept[0] == kept[1] and kept[0][:2] == ("control API", "imported 1 rule (replace)")
+    assert kept[0][2] == export_document()
+    reply = match_inquiry(active_ruleset(), Inquiry(query="hello"))
+    assert reply is not None and reply.responses == ({"content": "Hello"},)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{nope",
+        b"rules: [",
+        b'{"rules": [{"name": "greet", "respons": {}}]}',
+        b'{"rules": [], "rules": []}',
+        b'{"version": 2, "rules": []}',
+    ],
+)
+def test_a_fixture_the_view_refuses_takes_the_views_path(hop: Any, body: bytes) -> None:
+    hop.respond(put_fixture(FIXTURE), FIXTURE)
+    assert lean_response(put_fixture(body), body) is None
+    lean, django = both(hop, put_fixture(body), body)
+    same(lean, django)
+    assert lean[0]["status"] == 400
+    assert Rule.objects.get().digest == Rule.digest_of(load_fixture(FIXTURE)["rules"][0])
 
 
 # -- on the event loop (a SQLite file: the test database is one) ------------------------
