@@ -133,6 +133,8 @@ def inner_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("PYTHONPATH", str(SOURCE_ROOT))
     monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)  # an inner run is no worker of this run's
     return pytester
 
 
