@@ -21,9 +21,12 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -102,6 +105,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        import_rest_framework_lean()
         if options["skip_checks"]:  # Django's were skipped (they import every URL); not ours
             self.check(tags=["staticagents"])
         for warning in check_served_host(options["host"]):
@@ -155,6 +159,33 @@ class Command(BaseCommand):
             path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
         result = import_fixture(document=read_fixture(path), by=COMMAND)
         self.stdout.write(f"{path}: {result.summary()}")
+
+
+@contextmanager
+def hidden_modules(*names: str) -> Iterator[None]:
+    """Within the block, importing one of ``names`` (not imported yet) raises ImportError."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # Python's "import blocked" mark
+    try:
+        yield
+    finally:
+        for name in hidden:
+            del sys.modules[name]
+
+
+def import_rest_framework_lean() -> None:
+    """Import DRF without what its ``compat`` module imports for features the service does
+    not use: ``requests`` (DRF's own test client), ``pygments`` (the browsable API's code
+    highlighting) and, unless the database is PostgreSQL, ``django.contrib.postgres``
+    (model fields no model here has), which imports psycopg. All are optional there;
+    together a fifth of the start-up's imports (bench/README.md, the testing kit, step 16).
+    """
+    names = ["requests", "pygments"]
+    if django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        names.append("django.contrib.postgres")
+    with hidden_modules(*names):
+        import rest_framework.compat  # noqa: F401
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
