@@ -12,6 +12,7 @@ from staticagents.checks import check_fixtures, check_limits
 
 
 class StaticAgentsConfig(AppConfig):
+    default = True  # this app's own config, of the ones this module holds
     name = "staticagents"
     verbose_name = "Static Agents"
     default_auto_field = "django.db.models.BigAutoField"
