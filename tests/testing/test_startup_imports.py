@@ -70,6 +70,7 @@ HEAVY = (
     "django.contrib.postgres",
     "requests",  # DRF's compat: its own test client
     "pygments",  # DRF's compat: the browsable API's highlighting
+    "uritemplate",  # DRF's compat: its own OpenAPI generator
     "httpx",  # the upstreams' client: a service that proxies nothing
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}

@@ -177,11 +177,12 @@ def hidden_modules(*names: str) -> Iterator[None]:
 def import_rest_framework_lean() -> None:
     """Import DRF without what its ``compat`` module imports for features the service does
     not use: ``requests`` (DRF's own test client), ``pygments`` (the browsable API's code
-    highlighting) and, unless the database is PostgreSQL, ``django.contrib.postgres``
+    highlighting), ``uritemplate`` (DRF's own OpenAPI generator: drf-spectacular's imports
+    it itself) and, unless the database is PostgreSQL, ``django.contrib.postgres``
     (model fields no model here has), which imports psycopg. All are optional there;
     together a fifth of the start-up's imports (bench/README.md, the testing kit, step 16).
     """
-    names = ["requests", "pygments"]
+    names = ["requests", "pygments", "uritemplate"]
     if django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         names.append("django.contrib.postgres")
     with hidden_modules(*names):
