@@ -34,6 +34,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from staticagents.checks import check_served_host
 from staticagents.conf import settings
 from staticagents.management.commands._database_template import (
+    new_database,
     save_template,
     start_from_template,
 )
@@ -112,8 +113,8 @@ class Command(BaseCommand):
             self.stderr.write(self.style.WARNING(str(warning)))
         listener = listening_socket(options["host"], options["port"])
         try:
-            self.migrate(options["template_dir"])
-            self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
+            fixture = options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None
+            self.prepare_database(options["template_dir"], fixture)
             self.announce_control_token()
             host, port = listener.getsockname()[:2]
             base = f"http://{host}:{port}/"
@@ -124,15 +125,29 @@ class Command(BaseCommand):
         finally:
             listener.close()
 
-    def migrate(self, template_dir: Path | None) -> None:
-        """Migrate; with a template directory, a new database starts from a migrated copy
-        (made by these very migrations: nothing to migrate), and the first one made is kept
-        there."""
-        if template_dir is not None and start_from_template(template_dir):
+    def prepare_database(self, template_dir: Path | None, fixture: str | None) -> None:
+        """Migrate, then load the fixture (``load_fixture``).
+
+        With a template directory, a new database starts from a copy
+        (``_database_template``): of one that holds the demo's rules already when
+        the demo is what it would load (no fixture given), so the start neither
+        validates nor imports them; else of one just migrated (nothing to
+        migrate). A template missing is made from this start, at that point.
+        """
+        if template_dir is None or not new_database():
+            call_command("migrate", interactive=False, verbosity=0)
+            self.load_fixture(fixture)
             return
-        call_command("migrate", interactive=False, verbosity=0)
-        if template_dir is not None:
-            save_template(template_dir)  # only when there is none yet
+        demo = None if fixture is not None else Path(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
+        if demo is not None and start_from_template(template_dir, demo):
+            self.stdout.write(f"{demo}: its rules were in the template ({template_dir})")
+            return
+        if not start_from_template(template_dir):
+            call_command("migrate", interactive=False, verbosity=0)
+            save_template(template_dir)
+        self.load_fixture(fixture)
+        if demo is not None:
+            save_template(template_dir, demo)
 
     def announce_control_token(self) -> None:
         """Print the control API's token the first time serve creates it (shown only then)."""
