@@ -72,6 +72,13 @@ HEAVY = (
     "pygments",  # DRF's compat: the browsable API's highlighting
     "uritemplate",  # DRF's compat: its own OpenAPI generator
     "httpx",  # the upstreams' client: a service that proxies nothing
+    "staticagents.dialects.adk.routes",  # the reply routes after OpenAI's (asgi.LATER_SEGMENTS)
+    "staticagents.dialects.anthropic.routes",
+    "staticagents.dialects.embeddings.routes",
+    "staticagents.dialects.responses.routes",
+    "staticagents.dialects.galaxy.routes",
+    "staticagents.dialects.galaxy.stream",
+    "staticagents.dialects.adk.sessions",
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -80,7 +87,9 @@ def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
     return sorted(m for m in modules if any(m == n or m.startswith(f"{n}.") for n in names))
 
 
-def test_the_first_replies_import_no_schema_admin_or_optional_driver(tmp_path: Path) -> None:
+def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driver(
+    tmp_path: Path,
+) -> None:
     with RecordingServer(tmp_path) as server:  # started: its control API answered
         server.client().counters()
         httpx.post(f"{server.url}/v1/chat/completions", json=CHAT).raise_for_status()
@@ -93,8 +102,12 @@ def test_the_first_replies_import_no_schema_admin_or_optional_driver(tmp_path: P
         schema = httpx.get(f"{server.url}/api/schema/").raise_for_status().text
         assert "ControlErrors" in schema and "/api/ai/agents/query" in schema
         assert "Static Agents" in httpx.get(f"{server.url}/admin/login/").raise_for_status().text
+        # The other dialects' replies, once one is asked for (Anthropic's here).
+        message = {"model": "m", "max_tokens": 5, "messages": CHAT["messages"]}
+        httpx.post(f"{server.url}/v1/messages", json=message).raise_for_status()
         later = server.loaded_modules()
     assert {"drf_spectacular.views", "staticagents.control.schema", "staticagents.admin"} <= later
+    assert {"staticagents.dialects.anthropic.routes", "staticagents.dialects.adk.routes"} <= later
 
 
 def test_the_admins_checks_discover_its_modules_that_start_up_leaves_out() -> None:
