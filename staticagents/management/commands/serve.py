@@ -21,8 +21,6 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from staticagents.management.commands._database_template import (
 )
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
+from staticagents.optional import hidden_modules
 from staticagents.services import COMMAND, ensure_control_token, import_fixture
 from staticagents.serving.logs import FORMATS, LEVELS, log_config
 
@@ -174,19 +173,6 @@ class Command(BaseCommand):
             path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
         result = import_fixture(document=read_fixture(path), by=COMMAND)
         self.stdout.write(f"{path}: {result.summary()}")
-
-
-@contextmanager
-def hidden_modules(*names: str) -> Iterator[None]:
-    """Within the block, importing one of ``names`` (not imported yet) raises ImportError."""
-    hidden = [name for name in names if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # Python's "import blocked" mark
-    try:
-        yield
-    finally:
-        for name in hidden:
-            del sys.modules[name]
 
 
 def import_rest_framework_lean() -> None:
