@@ -11,7 +11,8 @@ marker installs two rules before it; the test installs them again, or them
 with one rule changed), then one reply in the test's session and
 ``requests()``. The row gives the medians, and the median over the tests of
 each test's kit time divided by its own plain reply; a whole test (fixture
-setup and teardown included) is set against a trivial test (two plain replies).
+setup and teardown included) is set against a trivial test (two plain replies),
+and each kind's first test is given apart (the suite's first starts the service).
 
 **Start-up.** The time from starting the service to its first reply, against a
 bare uvicorn app (``bench/raw_asgi.py``) started the same way, alternating,
