@@ -1,7 +1,8 @@
 """The service's ASGI application: lean reply routes first, then Channels and Django.
 
 The reply routes of every dialect (model dialects, ADK run, Galaxy's agent
-routes, chat and chat stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``; the
+routes, chat and chat stream) are plain ASGI handlers served by ``serving.router.ReplyRouter``
+(OpenAI's imported at start-up, the others at the first request they might take); the
 WebSocket goes to its Channels consumer; the Galaxy API, the control API and
 the admin go through Django (DESIGN section 1), the control API in one thread
 hop a request (``serving.onehop``).
@@ -25,19 +26,13 @@ django_application = StaticFiles(django_application)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from staticagents.control import live as live_journal  # noqa: E402
-from staticagents.dialects.adk import routes as adk  # noqa: E402
-from staticagents.dialects.anthropic import routes as anthropic  # noqa: E402
-from staticagents.dialects.embeddings import routes as embeddings  # noqa: E402
-from staticagents.dialects.galaxy import routes as galaxy  # noqa: E402
-from staticagents.dialects.galaxy import stream as galaxy_stream  # noqa: E402
 from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
-from staticagents.dialects.responses import routes as responses  # noqa: E402
 from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.replying import live  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.serving.onehop import OneHopDjango  # noqa: E402
-from staticagents.serving.router import ReplyRouter  # noqa: E402
+from staticagents.serving.router import LaterRoutes, ReplyRouter  # noqa: E402
 from staticagents.serving.sessions import SessionPrefix  # noqa: E402
 from staticagents.serving.shutdown import stop_streams_on_exit_signals  # noqa: E402
 from staticagents.serving.telemetry import Observed  # noqa: E402
@@ -47,14 +42,33 @@ reply_routes = [
     # GET /v1/models: OpenAI's and Anthropic's listing, and Gemini's for Google's clients.
     gemini.shared_models_listing(openai.ModelsRoute),
     *openai.http_routes,
-    *responses.http_routes,
-    *anthropic.http_routes,
-    *embeddings.http_routes,  # before the other Gemini model routes
-    *gemini.http_routes,
-    *adk.http_routes,
-    *galaxy.http_routes,  # POST only: the views behind take the other methods
-    *galaxy_stream.http_routes,
 ]
+
+
+def later_reply_routes() -> list[Any]:
+    """The other dialects' reply routes, after OpenAI's: their modules are imported at the
+    first request on a path they might take (``LATER_SEGMENTS``), not at start-up (a
+    third of what serving the first reply imported; bench/README.md, step 17)."""
+    from staticagents.dialects.adk import routes as adk
+    from staticagents.dialects.anthropic import routes as anthropic
+    from staticagents.dialects.embeddings import routes as embeddings
+    from staticagents.dialects.galaxy import routes as galaxy
+    from staticagents.dialects.galaxy import stream as galaxy_stream
+    from staticagents.dialects.responses import routes as responses
+
+    return [
+        *responses.http_routes,
+        *anthropic.http_routes,
+        *embeddings.http_routes,  # before the other Gemini model routes
+        *gemini.http_routes,
+        *adk.http_routes,
+        *galaxy.http_routes,  # POST only: the views behind take the other methods
+        *galaxy_stream.http_routes,
+    ]
+
+
+# Every first path segment a later reply route takes (tests/serving/test_router.py).
+LATER_SEGMENTS = frozenset({"v1", "v1beta", "agents", "api", "list-apps", "apps", "run", "run_sse"})
 # The control API, which tests drive before and after every agent run, in one thread hop.
 http_application = OneHopDjango("/control/", django_application)  # type: ignore[arg-type]
 websocket_application = URLRouter(
@@ -68,7 +82,8 @@ application = Observed(
     SessionPrefix(
         ReplyRouter(
             reply_routes,
-            PathGuard(
+            later=LaterRoutes(LATER_SEGMENTS, later_reply_routes),
+            app=PathGuard(
                 ProtocolTypeRouter(
                     {
                         "http": RequestGuard(http_application),
@@ -90,13 +105,13 @@ def served_application() -> Any:
     default thresholds the cyclic collector ran thousands of times a second (a
     fifth of the reply path's time; bench/README.md). Reference counting frees
     nearly all of them: the collector runs after a million net allocations, and
-    what start-up built is frozen out of its way.
+    what start-up built is frozen out of its way (with no full collection first:
+    it took 40 ms of the start-up and found a few dozen objects to free).
     """
     with contextlib.suppress(RuntimeError):  # called outside a server's loop: no signals
         loop = asyncio.get_running_loop()
         stop_streams_on_exit_signals(loop)
         live.feed(loop).start()  # session resets and ruleset versions reach this worker
-    gc.collect()
     gc.freeze()
     gc.set_threshold(1_000_000, 20, 100)
     return application

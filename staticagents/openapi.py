@@ -4,7 +4,9 @@ drf-spectacular serves the schema at ``/api/schema/``. The views read their
 bodies themselves (through pydantic models or a raw read), so it cannot guess
 them: each API describes its views in a ``schema`` module of its own
 (``dialects/galaxy/schema.py``, ``control/schema.py``) with ``describe``, a
-drf-spectacular view extension, rather than in decorators spread over the views.
+drf-spectacular view extension, rather than in decorators spread over the views;
+``DescribedGenerator`` (the generator drf-spectacular is set to use) imports them,
+so nothing loads them, or drf-spectacular, before a schema is asked for.
 Request bodies come from the same pydantic models that validate them, so the
 description cannot drift from what the views accept. Every error is declared
 with its route's error shape; the fuzz tests (tests/test_fuzz.py) hold the
@@ -13,9 +15,11 @@ service to it.
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any, cast
 
 from drf_spectacular.extensions import OpenApiViewExtension
+from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.utils import (
     extend_schema_view,
 )
@@ -114,3 +118,16 @@ def describe(target: str, **methods: Any) -> None:
     """Describe the view class at dotted path ``target``, one ``extend_schema`` per method."""
     name = target.rsplit(".", 1)[-1] + "Description"
     type(name, (_Described,), {"target_class": target, "methods": methods})
+
+
+DESCRIPTIONS = ("staticagents.control.schema", "staticagents.dialects.galaxy.schema")
+
+
+class DescribedGenerator(SchemaGenerator):
+    """drf-spectacular's generator, the views' descriptions imported first."""
+
+    def get_schema(self, request: Any = None, public: bool = False) -> Schema:
+        for module in DESCRIPTIONS:
+            import_module(module)
+        schema: Schema = super().get_schema(request=request, public=public)  # type: ignore[no-untyped-call]
+        return schema

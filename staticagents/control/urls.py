@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.urls import URLPattern, re_path
 
-from staticagents.control import schema  # noqa: F401 (describes the views)
 from staticagents.control import views as control
 
 urlpatterns: list[URLPattern] = [

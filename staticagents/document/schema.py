@@ -128,7 +128,9 @@ Slug = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # Built at their first validation, not at import: the service's start-up from its
+    # database template validates nothing (bench/README.md, the testing kit, step 17).
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     def document(self) -> dict[str, Any]:
         """The document form: only the keys that were given, in declaration order."""

@@ -17,14 +17,18 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
 from staticagents.core.inquiry import MASK
 from staticagents.core.routing import Upstream
 from staticagents.proxying.wire import ANTHROPIC_VERSION, error_of, upstream_path
+
+if TYPE_CHECKING:
+    # Imported by the functions that send (httpx brings its command line's rich and
+    # pygments): a service that proxies nothing never loads it, and starts sooner.
+    import httpx
 
 PASSED_ON = ("anthropic-version", "anthropic-beta")  # what the request means, not who sends it
 
@@ -119,6 +123,8 @@ def failure_of(
 
 
 def unreachable(upstream: Upstream, exc: httpx.HTTPError, latency: float) -> UpstreamFailure:
+    import httpx
+
     if isinstance(exc, httpx.TimeoutException):
         message = f"upstream {upstream.name!r} did not answer within {upstream.timeout:g} s"
         return UpstreamFailure(504, "upstream_timeout", message, latency=latency)
@@ -128,6 +134,8 @@ def unreachable(upstream: Upstream, exc: httpx.HTTPError, latency: float) -> Ups
 
 
 def _timeout(upstream: Upstream) -> httpx.Timeout:
+    import httpx
+
     return httpx.Timeout(upstream.timeout)
 
 
@@ -140,6 +148,8 @@ _thread_clients = threading.local()
 
 
 def _async_client() -> httpx.AsyncClient:
+    import httpx
+
     loop = asyncio.get_running_loop()
     client = _loop_clients.get(loop)
     if client is None:
@@ -148,6 +158,8 @@ def _async_client() -> httpx.AsyncClient:
 
 
 def _sync_client() -> httpx.Client:
+    import httpx
+
     client: httpx.Client | None = getattr(_thread_clients, "client", None)
     if client is None:
         client = _thread_clients.client = httpx.Client(follow_redirects=False)
@@ -159,6 +171,8 @@ def post(
 ) -> tuple[Any, float]:
     """POST ``payload`` and return the upstream's JSON reply and its latency in seconds;
     raises ``UpstreamFailure``."""
+    import httpx
+
     key = key_of(upstream)
     started = time.perf_counter()
     try:
@@ -177,6 +191,8 @@ async def apost(
     upstream: Upstream, payload: Mapping[str, Any], client_headers: Mapping[str, str]
 ) -> tuple[Any, float]:
     """``post`` for the event loop."""
+    import httpx
+
     key = key_of(upstream)
     started = time.perf_counter()
     try:
@@ -213,6 +229,8 @@ async def astream(
     Leaving the block (a client that left cancels the handler) closes the connection:
     the upstream stops generating.
     """
+    import httpx
+
     key = key_of(upstream)
     started = time.perf_counter()
     client = _async_client()

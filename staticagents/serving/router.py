@@ -8,6 +8,9 @@ WebSocket goes on to the application behind the router.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.urls import URLPattern
@@ -16,6 +19,16 @@ from staticagents.serving.route import Receive, Scope, Send
 
 # (handler, url_route, the methods it takes or None for all), or no reply route
 Resolved = tuple[Any, dict[str, Any], frozenset[str] | None] | None
+
+
+@dataclass(frozen=True)
+class LaterRoutes:
+    """Reply routes that come after the router's own, imported (``load``) at the first
+    request they might take: its path's first segment is one of ``segments`` and no
+    route before them takes it."""
+
+    segments: frozenset[str]
+    load: Callable[[], list[URLPattern]]
 
 
 class ReplyRouter:
@@ -28,18 +41,26 @@ class ReplyRouter:
     ``only_methods`` is set takes only those methods: other requests on its path go
     on to ``app`` (a DRF view that also serves a reply POST's schema). A path's
     resolution is remembered (up to ``CACHE_SIZE`` paths, then forgotten at once).
+    ``later`` routes follow ``routes``, imported when first needed (``LaterRoutes``).
     """
 
     CACHE_SIZE = 4096
 
-    def __init__(self, routes: list[URLPattern], app: Any) -> None:
+    def __init__(
+        self, routes: list[URLPattern], app: Any, later: LaterRoutes | None = None
+    ) -> None:
+        self.routes = self.matchers(routes)
+        self.later = later
+        self.app = app
+        self.resolved: dict[str, Resolved] = {}
+
+    @staticmethod
+    def matchers(routes: list[URLPattern]) -> list[tuple[Any, Any, frozenset[str] | None]]:
         handlers = [getattr(route.callback, "handler_class", route.callback) for route in routes]
-        self.routes = [
+        return [
             (route.pattern.match, handler, getattr(handler, "only_methods", None))
             for route, handler in zip(routes, handlers, strict=True)
         ]
-        self.app = app
-        self.resolved: dict[str, Resolved] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -63,13 +84,21 @@ class ReplyRouter:
         await self.app(scope, receive, send)
 
     def resolve(self, path: str) -> Resolved:
-        resolved: Resolved = None
-        for match, handler, methods in self.routes:
-            found = match(path[1:])
-            if found is not None:
-                resolved = handler, {"args": found[1], "kwargs": found[2]}, methods
-                break
+        resolved = self.first_match(path, 0)
+        later = self.later
+        if resolved is None and later is not None and path[1:].split("/", 1)[0] in later.segments:
+            start = len(self.routes)
+            self.routes = self.routes + self.matchers(later.load())
+            self.later = None  # what was resolved before stays right: these come after
+            resolved = self.first_match(path, start)
         if len(self.resolved) >= self.CACHE_SIZE:
             self.resolved.clear()
         self.resolved[path] = resolved
         return resolved
+
+    def first_match(self, path: str, start: int) -> Resolved:
+        for match, handler, methods in itertools.islice(self.routes, start, None):
+            found = match(path[1:])
+            if found is not None:
+                return handler, {"args": found[1], "kwargs": found[2]}, methods
+        return None

@@ -8,6 +8,7 @@ own defaults differ (case folding beyond ASCII, Unicode ``\\w``/``\\d``/``\\s``,
 
 from __future__ import annotations
 
+import _sre
 import re
 from typing import Any
 
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from staticagents.core.backtracking import backtracking_problem
-from staticagents.core.charclasses import char_ranges
+from staticagents.core.charclasses import CASED_BELOW, _cased, char_ranges
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import compile_ruleset, explain_inquiry, match_inquiry
 from staticagents.core.regexes import Deadline, MatchTimeout, Searcher, to_re2
@@ -167,6 +168,11 @@ def test_case_variants_of_a_cased_letter_are_cased_letters_only() -> None:
         pattern = re.compile(re.escape(letter), re.IGNORECASE)
         expected = [m.start() for m in pattern.finditer(everything)]
         assert [c for low, high in found for c in range(low, high + 1)] == expected
+
+
+def test_no_code_point_from_where_the_search_for_cased_ones_stops_is_cased() -> None:
+    assert not [c for c in range(CASED_BELOW, 0x110000) if _sre.unicode_iscased(c)]
+    assert max(_cased()) >= 0x1E900  # Adlam's letters, the last cased ones today
 
 
 # -- the time budget ------------------------------------------------------------

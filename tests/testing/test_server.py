@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from staticagents.management.commands._database_template import MIGRATIONS
+from staticagents.conf import settings
+from staticagents.management.commands._database_template import MIGRATIONS, template_path
 from staticagents.testing import server as kit_server
 from staticagents.testing.server import ServerFailed, StaticAgentsServer
 
@@ -18,6 +19,13 @@ def applied_migrations(database: Path) -> list[tuple[str, str, str]]:
         return [tuple(row) for row in rows]
 
 
+def rule_names(database: Path) -> list[str]:
+    with sqlite3.connect(database) as db:
+        return [
+            name for (name,) in db.execute("SELECT name FROM staticagents_rule ORDER BY position")
+        ]
+
+
 def test_a_new_service_starts_from_the_template_the_first_one_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -26,17 +34,41 @@ def test_a_new_service_starts_from_the_template_the_first_one_left(
 
     with StaticAgentsServer(tmp_path / "first") as first:
         assert first.client().counters(every_session=True).requests == 0
-    [template] = templates.glob("migrated-*.sqlite3")
-    made = applied_migrations(template)
+        demo = [r["name"] for r in first.client().export_fixture()["rules"]]
+    [migrated] = templates.glob("migrated-*.sqlite3")
+    made = applied_migrations(migrated)
     ours = {name for app, name, _ in made if app == "staticagents"}
     assert ours == {path.stem for path in MIGRATIONS.glob("0*.py")}
-    with sqlite3.connect(template) as db:  # taken before the demo rules were loaded
+    with sqlite3.connect(migrated) as db:  # taken before the demo rules were loaded
         assert db.execute("SELECT COUNT(*) FROM staticagents_rule").fetchone() == (0,)
+    [loaded] = templates.glob("loaded-*.sqlite3")  # and this one after
+    assert loaded == template_path(templates, settings.STATIC_AGENTS_DEFAULT_FIXTURE)
+    assert rule_names(loaded) == demo and demo
 
+    # The second service migrated nothing and loaded nothing: its database is the template's.
     with StaticAgentsServer(tmp_path / "second") as second:
-        assert [r["name"] for r in second.client().export_fixture()["rules"]]  # the demo
-    # The second service migrated nothing: its migrations are the template's, to the second.
+        assert [r["name"] for r in second.client().export_fixture()["rules"]] == demo
+        assert "its rules were in the template" in second.log()
     assert applied_migrations(tmp_path / "second" / "db.sqlite3") == made
+    assert rule_names(tmp_path / "second" / "db.sqlite3") == demo
+
+    # Given a fixture, a service starts from the migrated template and loads it.
+    fixture = tmp_path / "one.yml"
+    fixture.write_text("rules:\n  - name: only\n    response: {content: x}\n")
+    environment = {"STATIC_AGENTS_FIXTURE": str(fixture)}
+    with StaticAgentsServer(tmp_path / "third", environment=environment) as third:
+        assert [r["name"] for r in third.client().export_fixture()["rules"]] == ["only"]
+    assert applied_migrations(tmp_path / "third" / "db.sqlite3") == made
+    assert sorted(templates.glob("*.sqlite3")) == sorted([migrated, loaded])
+
+
+def test_a_changed_demo_fixture_has_a_template_of_its_own(tmp_path: Path) -> None:
+    demo = tmp_path / "demo.yml"
+    demo.write_text("rules: []\n")
+    before = template_path(tmp_path, demo)
+    demo.write_text("rules: []\n# changed\n")
+    assert template_path(tmp_path, demo) != before
+    assert template_path(tmp_path) != before  # and neither is the migrated one
 
 
 def test_the_service_skips_djangos_checks_but_not_its_own(tmp_path: Path) -> None:

@@ -1,11 +1,10 @@
-"""Routes under /api/: Galaxy's agent and chat API (``/api/chat/stream`` is a Channels route)."""
+"""Routes under /api/: Galaxy's agent and chat API (``/api/chat/stream`` is a Channels route;
+the schema, ``/api/schema/``, is ``staticagents.urls``'s)."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern, path, re_path
-from drf_spectacular.views import SpectacularAPIView
+from django.urls import URLPattern, path
 
-from staticagents.dialects.galaxy import schema  # noqa: F401 (describes the views)
 from staticagents.dialects.galaxy import views as galaxy
 
 urlpatterns: list[URLPattern] = [
@@ -20,6 +19,4 @@ urlpatterns: list[URLPattern] = [
     path("chat/exchange/<str:exchange_id>", galaxy.ExchangeView.as_view()),
     path("chat/exchange/<str:exchange_id>/messages", galaxy.ExchangeMessagesView.as_view()),
     path("chat/exchange/<str:exchange_id>/feedback", galaxy.ExchangeFeedbackView.as_view()),
-    # The OpenAPI schema of the DRF routes (this API and the control API).
-    re_path(r"^schema/?$", SpectacularAPIView.as_view(), name="openapi-schema"),
 ]

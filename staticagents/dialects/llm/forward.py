@@ -16,7 +16,6 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
 from staticagents.conf import settings
@@ -30,6 +29,8 @@ from staticagents.replying.journal import journal
 from staticagents.serving.route import RESPONDING, RequestRejected, parse_json_object
 
 if TYPE_CHECKING:
+    import httpx
+
     from staticagents.dialects.llm.routes import ModelReplyRoute
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class Forward:
         When recording, a stream's end marker is held back until the exchange is
         recorded: a client that asks again as soon as its stream ended finds the rule.
         """
+        import httpx  # loaded already: the response is its (proxying.client)
+
         route = self.route
         headers = [
             (name.encode(), value.encode())

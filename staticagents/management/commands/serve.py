@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -31,11 +32,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from staticagents.checks import check_served_host
 from staticagents.conf import settings
 from staticagents.management.commands._database_template import (
+    new_database,
     save_template,
     start_from_template,
 )
 from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
+from staticagents.optional import hidden_modules
 from staticagents.services import COMMAND, ensure_control_token, import_fixture
 from staticagents.serving.logs import FORMATS, LEVELS, log_config
 
@@ -102,14 +105,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        import_rest_framework_lean()
         if options["skip_checks"]:  # Django's were skipped (they import every URL); not ours
             self.check(tags=["staticagents"])
         for warning in check_served_host(options["host"]):
             self.stderr.write(self.style.WARNING(str(warning)))
         listener = listening_socket(options["host"], options["port"])
         try:
-            self.migrate(options["template_dir"])
-            self.load_fixture(options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None)
+            fixture = options["fixture"] or settings.STATIC_AGENTS_FIXTURE or None
+            self.prepare_database(options["template_dir"], fixture)
             self.announce_control_token()
             host, port = listener.getsockname()[:2]
             base = f"http://{host}:{port}/"
@@ -120,15 +124,29 @@ class Command(BaseCommand):
         finally:
             listener.close()
 
-    def migrate(self, template_dir: Path | None) -> None:
-        """Migrate; with a template directory, a new database starts from a migrated copy
-        (made by these very migrations: nothing to migrate), and the first one made is kept
-        there."""
-        if template_dir is not None and start_from_template(template_dir):
+    def prepare_database(self, template_dir: Path | None, fixture: str | None) -> None:
+        """Migrate, then load the fixture (``load_fixture``).
+
+        With a template directory, a new database starts from a copy
+        (``_database_template``): of one that holds the demo's rules already when
+        the demo is what it would load (no fixture given), so the start neither
+        validates nor imports them; else of one just migrated (nothing to
+        migrate). A template missing is made from this start, at that point.
+        """
+        if template_dir is None or not new_database():
+            call_command("migrate", interactive=False, verbosity=0)
+            self.load_fixture(fixture)
             return
-        call_command("migrate", interactive=False, verbosity=0)
-        if template_dir is not None:
-            save_template(template_dir)  # only when there is none yet
+        demo = None if fixture is not None else Path(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
+        if demo is not None and start_from_template(template_dir, demo):
+            self.stdout.write(f"{demo}: its rules were in the template ({template_dir})")
+            return
+        if not start_from_template(template_dir):
+            call_command("migrate", interactive=False, verbosity=0)
+            save_template(template_dir)
+        self.load_fixture(fixture)
+        if demo is not None:
+            save_template(template_dir, demo)
 
     def announce_control_token(self) -> None:
         """Print the control API's token the first time serve creates it (shown only then)."""
@@ -155,6 +173,21 @@ class Command(BaseCommand):
             path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
         result = import_fixture(document=read_fixture(path), by=COMMAND)
         self.stdout.write(f"{path}: {result.summary()}")
+
+
+def import_rest_framework_lean() -> None:
+    """Import DRF without what its ``compat`` module imports for features the service does
+    not use: ``requests`` (DRF's own test client), ``pygments`` (the browsable API's code
+    highlighting), ``uritemplate`` (DRF's own OpenAPI generator: drf-spectacular's imports
+    it itself) and, unless the database is PostgreSQL, ``django.contrib.postgres``
+    (model fields no model here has), which imports psycopg. All are optional there;
+    together a fifth of the start-up's imports (bench/README.md, the testing kit, step 16).
+    """
+    names = ["requests", "pygments", "uritemplate"]
+    if django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        names.append("django.contrib.postgres")
+    with hidden_modules(*names):
+        import rest_framework.compat  # noqa: F401
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
