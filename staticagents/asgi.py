@@ -48,7 +48,7 @@ reply_routes = [
 def later_reply_routes() -> list[Any]:
     """The other dialects' reply routes, after OpenAI's: their modules are imported at the
     first request on a path they might take (``LATER_SEGMENTS``), not at start-up (a
-    third of what serving the first reply imported; bench/README.md, step 17)."""
+    third of what serving the first reply imported; bench/README.md, step 21)."""
     from staticagents.dialects.adk import routes as adk
     from staticagents.dialects.anthropic import routes as anthropic
     from staticagents.dialects.embeddings import routes as embeddings

@@ -109,7 +109,7 @@ def _case_variants(code: int, flags: int) -> Ranges:
 
 # Above this no code point is cased (a test checks it over the whole of Unicode): the
 # scan below it is a sixth of the time of one over everything (30 ms), paid by the first
-# (?i) rule compiled, at the testing kit's first reply (bench/README.md, step 17).
+# (?i) rule compiled, at the testing kit's first reply (bench/README.md, step 21).
 CASED_BELOW = 0x20000
 
 

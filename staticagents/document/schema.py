@@ -129,7 +129,7 @@ Slug = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(check_
 
 class Strict(BaseModel):
     # Built at their first validation, not at import: the service's start-up from its
-    # database template validates nothing (bench/README.md, the testing kit, step 17).
+    # database template validates nothing (bench/README.md, the testing kit, step 21).
     model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     def document(self) -> dict[str, Any]:

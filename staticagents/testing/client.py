@@ -39,7 +39,7 @@ from urllib.parse import quote, urlencode
 from staticagents.optional import hidden_modules
 
 # httpx imports its command line's click, rich and pygments when they are installed:
-# half of its import, before the kit's service starts (bench/README.md, step 17).
+# half of its import, before the kit's service starts (bench/README.md, step 21).
 with hidden_modules("click", "rich", "pygments"):
     import httpx
 

@@ -181,7 +181,7 @@ def import_rest_framework_lean() -> None:
     highlighting), ``uritemplate`` (DRF's own OpenAPI generator: drf-spectacular's imports
     it itself) and, unless the database is PostgreSQL, ``django.contrib.postgres``
     (model fields no model here has), which imports psycopg. All are optional there;
-    together a fifth of the start-up's imports (bench/README.md, the testing kit, step 16).
+    together a fifth of the start-up's imports (bench/README.md, the testing kit, step 20).
     """
     names = ["requests", "pygments", "uritemplate"]
     if django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
