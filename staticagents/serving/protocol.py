@@ -104,7 +104,14 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.transport is self.transport:
             cycle.transport = self.head_with_body  # type: ignore[assignment]
 
+    def on_response_complete(self) -> None:
+        # Nothing is held once a response is complete: the protocol may close the
+        # transport itself from here on (a shutdown, unparsable bytes).
+        self.head_with_body.flush()
+        super().on_response_complete()
+
     def send_400_response(self, msg: str) -> None:
+        self.head_with_body.flush()
         headers = self.server_state.default_headers
         self.transport.write(unparsable_response(f"Invalid HTTP request: {msg}", headers))
         self.transport.close()

@@ -140,3 +140,36 @@ def test_uvicorns_protocol_sends_a_reply_in_one_write() -> None:
     asyncio.run(main())
     [reply] = transport.writes
     assert reply.startswith(b"HTTP/1.1 200 OK\r\n") and reply.endswith(b"\r\n\r\n{}")
+
+
+def test_a_responses_last_write_leaves_once_it_is_complete() -> None:
+    """A server shutdown right after a stream ended closes the transport itself: nothing
+    of the stream may still be held then."""
+    transport = Connection()
+    protocols: list[ServiceHttpProtocol] = []
+
+    async def stream_app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"one", "more_body": True})
+        await send({"type": "http.response.body", "body": b"two"})
+        protocols[0].shutdown()  # as uvicorn's, when told to stop
+
+    async def main() -> None:
+        config = uvicorn.Config(stream_app, lifespan="off", log_level="warning")
+        config.load()
+        protocol = ServiceHttpProtocol(
+            config=config,
+            server_state=ServerState(),
+            app_state={},
+            _loop=asyncio.get_running_loop(),
+        )
+        protocols.append(protocol)
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert transport.closed
+    assert b"".join(transport.writes).endswith(b"3\r\none\r\n3\r\ntwo\r\n0\r\n\r\n")
