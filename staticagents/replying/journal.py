@@ -329,7 +329,6 @@ class JournalWriter:
         for backend in list(self._loops.values()):
             if backend is not None:
                 backend.connection.close()
-                backend.checkpointer.stop()
         self._loops.clear()
         self._last = None
 
@@ -479,76 +478,6 @@ _Marks = list[tuple[_Mark, asyncio.Future[None]]]
 _Jobs = list[tuple[Job, asyncio.Future[Any]]]
 
 
-class _Checkpointer:
-    """Copies a SQLite file's write-ahead log into the file on a thread of its own.
-
-    SQLite checkpoints inside the commit that takes the log past 1,000 pages:
-    on the event loop, that commit copied 4 MB and waited for two fsyncs, and
-    every reply waited with it (tens of milliseconds on a busy disk; bench/README.md).
-    The loop's connection does not checkpoint: the loop asks this thread to, every
-    ``CHECKPOINT_ROWS`` rows, and the thread's (passive) checkpoint runs beside the
-    writes with the GIL released. A passive checkpoint copies the frames committed
-    before it began; under a steady load there are always newer ones, so the log is
-    never wholly copied and never starts afresh: once it holds ``REWIND_FRAMES``
-    frames, the loop checkpoints once itself (what is left: the frames since the
-    thread's last pass), and its next write starts the log at its beginning.
-    """
-
-    CHECKPOINT_ROWS = 500
-    REWIND_FRAMES = 16384  # 64 MiB of 4 KiB pages, the log's journal_size_limit
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.rows = 0  # written since the thread was last asked (the loop's count)
-        self.frames = 0  # in the log at the thread's last checkpoint
-        self.wanted = threading.Event()
-        self.stopped = False
-        self.thread: threading.Thread | None = None  # started when first needed
-
-    def wrote(self, rows: int, connection: sqlite3.Connection) -> None:
-        """Count ``rows`` just committed on the loop's ``connection``; checkpoint when due."""
-        self.rows += rows
-        if self.rows >= self.CHECKPOINT_ROWS:
-            self.rows = 0
-            if self.frames >= self.REWIND_FRAMES:
-                self.frames = 0
-                _checkpoint(connection)
-                return
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._run, name="static-agents-checkpoint", daemon=True
-                )
-                self.thread.start()
-            self.wanted.set()
-
-    def stop(self) -> None:
-        self.stopped = True
-        self.wanted.set()
-
-    def _run(self) -> None:
-        connection = sqlite3.connect(
-            self.name, timeout=0, isolation_level=None, check_same_thread=False, uri=True
-        )
-        try:
-            while True:
-                self.wanted.wait()
-                self.wanted.clear()
-                if self.stopped:
-                    return
-                self.frames = _checkpoint(connection)
-        finally:
-            connection.close()
-
-
-def _checkpoint(connection: sqlite3.Connection) -> int:
-    """A passive checkpoint on ``connection``; the frames in the log (0: none was made)."""
-    try:
-        _, frames, _ = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    except sqlite3.Error:  # the file is busy or gone: the next one
-        return 0
-    return max(0, int(frames))
-
-
 class _LoopBackend:
     """The journal's group commit on one event loop, on the loop's own connection to
     the SQLite file, in autocommit mode: its transactions are exactly its rounds.
@@ -559,7 +488,7 @@ class _LoopBackend:
     ``RETRY_SECONDS``; once it has waited ``HOLD_BACK_SECONDS`` (longer than
     another worker's round takes), the waiting rows and marks are held back
     (``held``): their requests go on, and the rows are written, in order, before
-    any other. The connection leaves checkpoints to a thread (``_Checkpointer``).
+    any other.
     """
 
     RETRY_SECONDS = 0.001
@@ -578,9 +507,6 @@ class _LoopBackend:
         self.cap = writer._cap
         self.lock_timeout = float(db.settings_dict.get("OPTIONS", {}).get("timeout", 5))
         self.connection = connect_sqlite(db)
-        self.connection.execute("PRAGMA wal_autocheckpoint=0")
-        self.checkpointer = _Checkpointer(str(db.settings_dict["NAME"]))
-        weakref.finalize(self, self.checkpointer.stop)  # a loop gone: its thread too
         self.inserts: _Inserts = []
         self.marks: _Marks = []
         self.jobs: _Jobs = []
@@ -640,7 +566,6 @@ class _LoopBackend:
             _fail(inserts, marks, exc, jobs)
             self._again()
             return
-        self.checkpointer.wrote(len(entries) + len(jobs), self.connection)
         for (_, waiting), outcome in zip(jobs, outcomes, strict=True):
             if waiting.done():
                 continue
