@@ -127,7 +127,14 @@ def measure(server: Server, path: str, body: Path, seconds: int, connections: in
         )
         check.raise_for_status()
         wrk(server.url + path, body, seconds=1, connections=connections)  # warm up
-        return wrk(server.url + path, body, seconds=seconds, connections=connections)
+        assert server.process is not None
+        return wrk(
+            server.url + path,
+            body,
+            seconds=seconds,
+            connections=connections,
+            server_pid=server.process.pid,
+        )
 
 
 def run(
@@ -261,6 +268,7 @@ def table(results: dict[str, Load | str]) -> list[dict[str, Any]]:
                     "p50 ms": "-",
                     "p99 ms": "-",
                     "errors": "-",
+                    "server CPU µs/req": "-",
                     "ours ÷ this": load,
                 }
             )
@@ -272,6 +280,7 @@ def table(results: dict[str, Load | str]) -> list[dict[str, Any]]:
                 "p50 ms": round(load.p50_ms, 2),
                 "p99 ms": round(load.p99_ms, 2),
                 "errors": load.errors,
+                "server CPU µs/req": "-" if load.cpu_us is None else round(load.cpu_us, 1),
                 "ours ÷ this": round(ours.requests_per_second / load.requests_per_second, 2),
             }
         )

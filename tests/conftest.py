@@ -40,8 +40,8 @@ class LiveServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         from staticagents.serving.protocol import (
-            JSONErrorsHttpProtocol,
             JSONErrorsWebSocketProtocol,
+            ServiceHttpProtocol,
         )
 
         config = uvicorn.Config(
@@ -50,7 +50,7 @@ class LiveServer:
             port=self.port,
             log_level="warning",
             lifespan="off",
-            http=JSONErrorsHttpProtocol,
+            http=ServiceHttpProtocol,
             ws=JSONErrorsWebSocketProtocol,
         )
         self.server = uvicorn.Server(config)

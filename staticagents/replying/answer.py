@@ -80,6 +80,7 @@ async def aanswer_inquiry(
     body: bytes | str = b"",
     ruleset: Ruleset | None = None,
     then: Callable[[Reply], Job | None] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Answer:
     """The same as ``answer_inquiry``, for the event loop.
 
@@ -87,11 +88,12 @@ async def aanswer_inquiry(
     (``current_ruleset``, ``journal.record``); only rules with session state take
     a database transaction of their own. ``ruleset`` is the snapshot when the
     caller has just read it for this request. ``then(reply)`` may give a job to
-    commit with the journal entry (``journal.record(entry, job=...)``).
+    commit with the journal entry (``journal.record(entry, job=...)``). ``loop``: the running
+    loop, when the caller has it at hand (``serving.loop_local``).
     """
     started = time.perf_counter()
     if ruleset is None:
-        ruleset = await current_ruleset()
+        ruleset = await current_ruleset(loop)
     target = proxy_target(ruleset, inquiry)
     if target is not None and target.mode != RECORD_ON_MISS:
         return await _aproxy(inquiry, target, route=route, body=body, started=started, then=then)
@@ -115,7 +117,7 @@ async def aanswer_inquiry(
     entry = journal_entry(
         inquiry, reply, ruleset, route=route, body=body, started=started, deadline=deadline
     )
-    return Answer(reply, await journal.record(entry, job=job))
+    return Answer(reply, await journal.record(entry, job=job, loop=loop))
 
 
 async def amatch(ruleset: Ruleset, inquiry: Inquiry, deadline: Deadline) -> CompiledRule | None:

@@ -278,12 +278,21 @@ class JournalWriter:
         # The loop asked for last, beside the weak mapping: a server runs one loop.
         self._last: tuple[asyncio.AbstractEventLoop, _LoopBackend | None] | None = None
 
-    async def record(self, entry: Entry, *, job: Job | None = None) -> int | None:
+    async def record(
+        self,
+        entry: Entry,
+        *,
+        job: Job | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> int | None:
         """Insert ``entry``; its id, once it is committed (None: held back, see the module
         doc). A ``job`` runs in the same round (in its savepoint): when it fails, the
-        entry is committed all the same and its error raised after."""
+        entry is committed all the same and its error raised after. ``loop``: the running
+        loop, when the caller has it at hand (``serving.loop_local``)."""
         note_entry(entry)
-        backend = self._on_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        backend = self._on_loop(loop)
         failed: _Failed | None = None
         if backend is not None:
             if job is None:
@@ -303,7 +312,7 @@ class JournalWriter:
             pk, outcome = cast(tuple[int, Any], await self._thread.submit(_WithJob(entry, job)))
             failed = outcome if isinstance(outcome, _Failed) else None
         if pk is not None:  # committed: the live journal may tell it (held back: once written)
-            live.feed().publish(pk, entry)
+            live.feed(loop).publish(pk, entry)
         if failed is not None:
             raise failed.error
         return pk
@@ -393,9 +402,10 @@ class JournalWriter:
         self._loops.clear()
         self._last = None
 
-    def _on_loop(self) -> _LoopBackend | None:
+    def _on_loop(self, loop: asyncio.AbstractEventLoop | None = None) -> _LoopBackend | None:
         """The running loop's backend when the database is a SQLite file, else None."""
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         last = self._last
         if last is not None and last[0] is loop:
             return last[1]

@@ -98,10 +98,11 @@ def active_ruleset() -> Ruleset:
         concurrent.futures.wait([build.done])
 
 
-async def current_ruleset() -> Ruleset:
+async def current_ruleset(loop: asyncio.AbstractEventLoop | None = None) -> Ruleset:
     """The snapshot for the event loop: the stamp read is shared with other requests', and
-    a build is waited for briefly (see the module doc)."""
-    stamp = _stamps.read_on_loop()
+    a build is waited for briefly (see the module doc). ``loop``: the running loop, when the
+    caller has it at hand (finding it is a system call on Python 3.11, ``LoopLocal``)."""
+    stamp = _stamps.read_on_loop(loop)
     if stamp is None:
         stamp = await _stamps.thread.submit(None)
     current = _snapshot
@@ -319,10 +320,10 @@ class _Stamps:
         # The loop asked for last, beside the weak mapping: a server runs one loop.
         self.last: tuple[asyncio.AbstractEventLoop, _LoopStamp | None] | None = None
 
-    def read_on_loop(self) -> str | None:
+    def read_on_loop(self, loop: asyncio.AbstractEventLoop | None = None) -> str | None:
         """The stamp, read on this loop's connection; None when the thread must read it
         (no SQLite file, or a busy one)."""
-        reader = self._on_loop()
+        reader = self._on_loop(loop)
         if reader is None:
             return None
         try:
@@ -330,8 +331,9 @@ class _Stamps:
         except sqlite3.OperationalError:
             return None
 
-    def _on_loop(self) -> _LoopStamp | None:
-        loop = asyncio.get_running_loop()
+    def _on_loop(self, loop: asyncio.AbstractEventLoop | None) -> _LoopStamp | None:
+        if loop is None:
+            loop = asyncio.get_running_loop()
         last = self.last
         if last is not None and last[0] is loop:
             return last[1]

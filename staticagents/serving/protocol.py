@@ -1,4 +1,5 @@
-"""uvicorn's protocols, answering what they refuse themselves in the service's error shape.
+"""uvicorn's protocols, answering what they refuse themselves in the service's error shape,
+and sending each HTTP response's head with its body.
 
 uvicorn answers bytes that are no HTTP request with a ``text/plain`` 400, and a
 WebSocket handshake it cannot complete (a missing key, no upgrade, the
@@ -8,10 +9,19 @@ shape every unknown path gets (OpenAI's: the path is unknown too). ``serve``
 and the test server give these classes to uvicorn as its ``http`` protocol
 (httptools, which ``uvicorn[standard]`` installs and ``http="auto"`` picks)
 and its ``ws`` protocol (websockets' sans-I/O one, which ``ws="auto"`` picks).
+
+uvicorn writes a response's head (status line and headers) as soon as the
+application starts the response, and its body in a write of its own: two
+system calls, two TCP segments and two wake-ups of the client for every JSON
+reply. ``ServiceHttpProtocol`` holds a response's first write until its next
+one or the end of the loop's turn (``HeadWithBody``), so a reply sent whole
+leaves in one write, and a stream's head leaves no later than the turn it was
+started in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import http
 from typing import Any
 
@@ -41,8 +51,67 @@ def unparsable_response(message: str, default_headers: list[tuple[bytes, bytes]]
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-class JSONErrorsHttpProtocol(HttpToolsProtocol):
+class HeadWithBody:
+    """A connection's transport as its responses write to it: a write is held until the
+    next write (then both leave in one) or the end of the loop's turn, whichever comes
+    first. Everything but ``write``, ``close`` and ``is_closing`` is the transport's own."""
+
+    __slots__ = ("held", "loop", "transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self.held
+        if held is None:
+            self.held = data
+            self.loop.call_soon(self.flush)
+        else:
+            self.held = None
+            self.transport.write(held + data)
+
+    def flush(self) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            if not self.transport.is_closing():  # the client left: nothing to send to
+                self.transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+class ServiceHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol: unparsable bytes get the JSON 400, and each request's
+    response writes through ``HeadWithBody`` (see the module doc)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.head_with_body = HeadWithBody(transport, self.loop)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle  # the request's, unless it was a WebSocket upgrade
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = self.head_with_body  # type: ignore[assignment]
+
+    def on_response_complete(self) -> None:
+        # Nothing is held once a response is complete: the protocol may close the
+        # transport itself from here on (a shutdown, unparsable bytes).
+        self.head_with_body.flush()
+        super().on_response_complete()
+
     def send_400_response(self, msg: str) -> None:
+        self.head_with_body.flush()
         headers = self.server_state.default_headers
         self.transport.write(unparsable_response(f"Invalid HTTP request: {msg}", headers))
         self.transport.close()

@@ -61,7 +61,7 @@ class ModelReplyRoute(ReplyRoute):
         if self.asked is not None:
             inquiry, ruleset = self.asked
             route = self.scope.get("path", "")
-            work = aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset)
+            work = aanswer_inquiry(inquiry, route=route, body=body, ruleset=ruleset, loop=self.loop)
         else:
             work = answer_conversation(
                 conversation,
@@ -83,7 +83,7 @@ class ModelReplyRoute(ReplyRoute):
     async def forwarded(self, conversation: Conversation, body: bytes) -> bool:
         """Forward the request as it is when its agent type's upstream speaks this dialect
         (``dialects/llm/forward.py``); whether it did. Otherwise ``answer`` answers it."""
-        ruleset = await current_ruleset()
+        ruleset = await current_ruleset(self.loop)
         inquiry = conversation_inquiry(
             conversation,
             dialect=self.dialect,

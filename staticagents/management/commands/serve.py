@@ -214,7 +214,7 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from staticagents.serving.protocol import JSONErrorsHttpProtocol, JSONErrorsWebSocketProtocol
+    from staticagents.serving.protocol import JSONErrorsWebSocketProtocol, ServiceHttpProtocol
 
     workers = options["workers"]
     metrics_directory = None
@@ -229,7 +229,8 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
         log_config=log_config(options["log_level"], options["log_format"]),
         access_log=False,  # ours is serving.telemetry's
         lifespan="off",
-        http=JSONErrorsHttpProtocol,  # bytes uvicorn cannot parse get our JSON 400
+        # Bytes uvicorn cannot parse get our JSON 400; a reply's head leaves with its body.
+        http=ServiceHttpProtocol,
         ws=JSONErrorsWebSocketProtocol,  # and so does a failed WebSocket handshake
         # X-Forwarded-* rewriting costs every request a middleware layer; a
         # deployment behind a proxy turns it on with --proxy-headers.
