@@ -132,7 +132,7 @@ class JSONErrorsWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
-        self.scope["extensions"][SEND_MANY] = {}  # type: ignore[index]
+        self.scope["extensions"][SEND_MANY] = {}
 
     async def send(self, message: Any) -> None:
         if message["type"] != SEND_MANY:

@@ -95,7 +95,8 @@ async def send_paced(
     when the service stops, what remains goes out at once, with its ending.
     """
     if not paced and fault is None:
-        return await _send_at_once(frames, render, write, finish)
+        await _send_at_once(frames, render, write, finish)
+        return None
     timer = timer or pacer()
     with live.feed().streaming(entry_id) as stream:
         return await _send_paced(

@@ -109,7 +109,7 @@ async def aanswer_chat_turn(
             return None
 
         def save_and_keep(sql: Statements) -> int:
-            saved["as"] = pk = save(sql)
+            saved["as"] = pk = int(save(sql))
             return pk
 
         return save_and_keep
