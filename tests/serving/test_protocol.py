@@ -98,7 +98,8 @@ async def test_a_json_reply_is_one_write() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
     [write] = transport.writes
-    assert write.startswith(b"HTTP/1.1 200 OK\r\n") and write.endswith(b"\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+    assert write.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert write.endswith(b"\r\n\r\n2\r\n{}\r\n0\r\n\r\n")  # the head, then the body
 
 
 async def test_websocket_messages_sent_together_go_in_one_write_each_its_own_frame() -> None:
