@@ -1,7 +1,8 @@
 """Our own share of a reply: the ASGI app driven in process, with no HTTP server.
 
     python -m bench.inprocess [--requests 20000] [--concurrency 32] [--rounds 5]
-                              [--route chat|responses|gemini|embeddings|adk-run|adk-run-sse]
+                              [--route chat|responses|...|adk-run|galaxy-chat-stream]
+                              [--profile FILE]
 
 The replies benchmark measures the service under uvicorn, where the server's own
 work (parsing HTTP, the socket writes) is in every figure. This one drives
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import itertools
 import os
 import tempfile
@@ -25,6 +27,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 Message = dict[str, Any]
 _NUMBERS = itertools.count(1)  # "{n}" in a body: unique across the rounds of a process
@@ -38,6 +42,8 @@ ROUTES = {
     "embeddings": "/v1/embeddings",
     "adk-run": "/run",
     "adk-run-sse": "/run_sse",
+    "galaxy-chat": "/api/chat?agent_type=router",
+    "galaxy-chat-stream": "/api/chat/stream?agent_type=router",
 }
 # ADK runs: a new session each request (as bench.surfaces sends them), "{n}" numbered.
 ADK_RUN = (
@@ -46,7 +52,8 @@ ADK_RUN = (
 )
 
 
-def request_scope(body: bytes, path: str = ROUTES["chat"]) -> dict[str, Any]:
+def request_scope(body: bytes, route: str = ROUTES["chat"]) -> dict[str, Any]:
+    path, _, query = route.partition("?")
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -55,7 +62,7 @@ def request_scope(body: bytes, path: str = ROUTES["chat"]) -> dict[str, Any]:
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "root_path": "",
         "headers": [
             (b"host", b"127.0.0.1:8000"),
@@ -147,6 +154,10 @@ def route_body(route: str, scratch: Path) -> bytes:
         return gemini_body(scratch).read_bytes()
     if route == "embeddings":
         return embeddings_body(scratch).read_bytes()
+    if route.startswith("galaxy-"):
+        from bench.surfaces import QUESTION
+
+        return orjson.dumps({"query": QUESTION})
     if route.startswith("adk-"):
         from bench.surfaces import QUESTION
 
@@ -156,7 +167,12 @@ def route_body(route: str, scratch: Path) -> bytes:
 
 
 def run(
-    requests: int, concurrency: int, rounds: int, journal: str = "both", route: str = "chat"
+    requests: int,
+    concurrency: int,
+    rounds: int,
+    journal: str = "both",
+    route: str = "chat",
+    profile: str | None = None,
 ) -> list[dict[str, Any]]:
     import django
     from django.core.management import call_command
@@ -184,13 +200,19 @@ def run(
     handled = requests // concurrency * concurrency
     rows_per_commit = 0.0
 
+    profiler = cProfile.Profile() if profile else None
+
     async def main() -> None:
         nonlocal rows_per_commit
         await drive(application, body, concurrency * 50, concurrency, path)  # warm up
         for _ in range(rounds):
             if journal != "off":
                 commits.commits = commits.rows = 0
+                if profiler is not None:
+                    profiler.enable()
                 spent = await drive(application, body, requests, concurrency, path)
+                if profiler is not None:
+                    profiler.disable()
                 best["on"] = min(best["on"], spent)
                 rows_per_commit = commits.rows / max(1, commits.commits)
             if journal != "on":
@@ -199,6 +221,8 @@ def run(
                 best["off"] = min(best["off"], spent)
 
     uvloop.run(main())
+    if profiler is not None and profile:
+        profiler.dump_stats(profile)
     on, off = (best[k] / handled * 1e6 for k in ("on", "off"))
     if journal != "both":
         figure = on if journal == "on" else off
@@ -222,13 +246,18 @@ def main() -> None:
         help="measure only one side (for counting instructions, see bench/README.md)",
     )
     parser.add_argument("--route", choices=list(ROUTES), default="chat")
+    parser.add_argument(
+        "--profile", metavar="FILE", help="cProfile the journal-on rounds' loop into FILE"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sa-bench-") as scratch:
         os.environ["DATABASE_URL"] = f"sqlite:///{Path(scratch) / 'db.sqlite3'}"
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
         os.environ.setdefault("DEBUG", "false")
         os.environ["STATIC_AGENTS_FIXTURE"] = ""
-        rows = run(args.requests, args.concurrency, args.rounds, args.journal, args.route)
+        rows = run(
+            args.requests, args.concurrency, args.rounds, args.journal, args.route, args.profile
+        )
     for row in rows:
         print(" | ".join(f"{key}: {value}" for key, value in row.items()))
 

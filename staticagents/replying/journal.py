@@ -177,11 +177,16 @@ class Statements:
         """Insert ``rows`` of ``model`` (by field name, absent fields take their defaults)
         as the journal inserts its entries; their ids, in order."""
         ids: list[int] = []
-        for sql, values, _ in self.tables(model, self.db, self.placeholder).inserts(
-            self.db, rows, returning=True
+        returning = self.db.vendor != "sqlite"
+        for sql, values, count in self.tables(model, self.db, self.placeholder).inserts(
+            self.db, rows, returning=returning
         ):
             self.cursor.execute(sql, values)
-            ids.extend(int(row[0]) for row in self.cursor.fetchall())
+            if returning:
+                ids.extend(int(row[0]) for row in self.cursor.fetchall())
+            else:  # consecutive under the write lock, as the journal's own (``_write``)
+                last = int(self.cursor.lastrowid)
+                ids.extend(range(last - count + 1, last + 1))
         return ids
 
     def append(self, model: type[models.Model], rows: list[Entry]) -> None:
@@ -839,7 +844,7 @@ class _Table:
         plain_names, plain_defaults = columns.plain_names, columns.plain_defaults
         for start in range(0, len(entries), _BATCH):
             chunk = entries[start : start + _BATCH]
-            now: dict[str, Any] = {}
+            now: dict[type[Field[Any, Any]], Any] = {}
             values: list[Any] = []
             extend, append = values.extend, values.append
             for entry in chunk:
@@ -848,9 +853,12 @@ class _Table:
                 for column in columns.adapted:
                     value = entry.get(column.name, column.default)
                     if value is _NOW:
-                        if column.name not in now:
-                            now[column.name] = column.adapt(db, _insert_time(column.field))
-                        append(now[column.name])
+                        # One time for the statement's rows, and for all the columns of
+                        # one kind (``created_at`` and ``updated_at`` alike).
+                        kind = type(column.field)
+                        if kind not in now:
+                            now[kind] = column.adapt(db, _insert_time(column.field))
+                        append(now[kind])
                     else:
                         append(column.adapt(db, value))
             yield self._insert_sql(len(chunk), returning), values, len(chunk)

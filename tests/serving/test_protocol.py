@@ -1,4 +1,5 @@
-"""A response's head leaves with its body (``serving.protocol``): one write, not two."""
+"""uvicorn's protocols as ``serve`` runs them (``serving.protocol``): what they write, and in
+how many writes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from staticagents.serving.protocol import HeadWithBody, ServiceHttpProtocol
+from staticagents.serving.protocol import (
+    SEND_MANY,
+    HeadWithBody,
+    JSONErrorsWebSocketProtocol,
+    ServiceHttpProtocol,
+)
 
 
 class Recording:
@@ -173,3 +179,40 @@ def test_a_responses_last_write_leaves_once_it_is_complete() -> None:
     asyncio.run(main())
     assert transport.closed
     assert b"".join(transport.writes).endswith(b"3\r\none\r\n3\r\ntwo\r\n0\r\n\r\n")
+
+
+HANDSHAKE = (
+    b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+)
+
+
+def test_websocket_messages_sent_together_go_in_one_write_each_its_own_frame() -> None:
+    transport = Connection()
+    scopes: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        scopes.append(scope)
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": SEND_MANY, "texts": ["one", "two", "three"]})
+        await send({"type": "websocket.send", "text": "four"})
+
+    async def main() -> None:
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
+        config.load()
+        protocol = JSONErrorsWebSocketProtocol(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        protocol.data_received(HANDSHAKE)
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert SEND_MANY in scopes[0]["extensions"]
+    handshake, together, alone = transport.writes
+    assert handshake.startswith(b"HTTP/1.1 101")
+    # Unmasked server frames: FIN + text opcode (0x81), the length, the text.
+    assert together == b"\x81\x03one\x81\x03two\x81\x05three"
+    assert alone == b"\x81\x04four"

@@ -10,6 +10,7 @@ journal's rounds; the session CRUD routes use the ORM, in a thread.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -183,6 +184,17 @@ def append_events(sql: Statements, session_pk: int, events: Iterable[Event]) -> 
 # -- runs -------------------------------------------------------------------------------
 
 
+def random_uuids(count: int) -> list[str]:
+    """``count`` random (version 4) UUIDs, as ``str(uuid.uuid4())`` gives them."""
+    randomness = os.urandom(16 * count).hex()
+    uuids = []
+    for start in range(0, 32 * count, 32):
+        h = randomness[start : start + 32]
+        variant = "89ab"[int(h[16], 16) & 3]
+        uuids.append(f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}")
+    return uuids
+
+
 @dataclass(frozen=True)
 class Run:
     """A run, decided: the answer, the ids of its model event, the session it belongs to,
@@ -214,8 +226,11 @@ async def start_run(
     journal entry's own round (one commit for both), and ``Run.final`` holds it.
     """
     message = adk.read_message(request.new_message)  # reject before anything is written
-    invocation_id = request.invocation_id or f"e-{uuid.uuid4()}"
-    user_ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), "user")
+    # A run's three ids (its invocation's and its two events') from one read of
+    # os.urandom: uuid.uuid4() reads it, and formats its result, once each.
+    invocation, user_event_id, model_event_id = random_uuids(3)
+    invocation_id = request.invocation_id or f"e-{invocation}"
+    user_ids = adk.EventIds(invocation_id, user_event_id, time.time(), "user")
     opened: OpenedSession = await journal.run(
         open_run_job(
             app=app,
@@ -236,7 +251,7 @@ async def start_run(
         session=session_key(headers, request.session_id),
         headers=headers,
     )
-    ids = adk.EventIds(invocation_id, str(uuid.uuid4()), time.time(), app)
+    ids = adk.EventIds(invocation_id, model_event_id, time.time(), app)
     final: dict[str, Any] | None = None
 
     def then(reply: Reply) -> Job | None:

@@ -9,7 +9,7 @@ journal.run`` on the loop, in the journal's rounds), one set of statements.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 
 from staticagents.core.inquiry import Inquiry
+from staticagents.core.replies import Reply
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.models import ChatExchange, ChatMessage
 from staticagents.replying.answer import Answer, aanswer_inquiry, answer_inquiry
@@ -37,8 +38,9 @@ class ChatTurn:
 
     inquiry: Inquiry
     answer: Answer
-    exchange_id: int | None  # the exchange this turn continues, if any
+    exchange_id: int | None  # the exchange this turn continues (once saved: its exchange)
     started: float  # perf_counter() when the request arrived
+    saved: bool = False  # saved with its journal entry (``save_with_entry``)
 
 
 def chat_inquiry(
@@ -74,6 +76,10 @@ def answer_chat_turn(
     return ChatTurn(inquiry, answer, request.exchange_id, started)
 
 
+def _never(reply: Reply) -> bool:
+    return False
+
+
 async def aanswer_chat_turn(
     request: galaxy.ChatRequest,
     *,
@@ -81,12 +87,36 @@ async def aanswer_chat_turn(
     route: str,
     body: bytes,
     started: float,
+    save_with_entry: Callable[[Reply], bool] = _never,
 ) -> ChatTurn:
-    """``answer_chat_turn`` for the event loop: the reads and writes go in the journal's rounds."""
+    """``answer_chat_turn`` for the event loop: the reads and writes go in the journal's rounds.
+
+    When ``save_with_entry(reply)``, the turn is saved in its journal entry's own
+    round (one commit for both, ``journal.record(entry, job=...)``), and the
+    ChatTurn comes back ``saved``; otherwise ``afinish_chat_turn`` saves it.
+    """
     job = earlier_turns_job(request.exchange_id) if request.exchange_id else None
     turns = await journal.run(job) if job is not None else []
     inquiry = chat_inquiry(request, turns, headers)
-    answer = await aanswer_inquiry(inquiry, route=route, body=body)
+    saved: dict[str, int | None] = {}  # "as": the exchange, once saved with the entry
+
+    def then(reply: Reply) -> Job | None:
+        if not save_with_entry(reply):
+            return None
+        saved["as"] = request.exchange_id  # a failed turn is not saved (``reply_save_job``)
+        save = reply_save_job(inquiry, reply, request.exchange_id)
+        if save is None:
+            return None
+
+        def save_and_keep(sql: Statements) -> int:
+            saved["as"] = pk = int(save(sql))
+            return pk
+
+        return save_and_keep
+
+    answer = await aanswer_inquiry(inquiry, route=route, body=body, then=then)
+    if "as" in saved:
+        return ChatTurn(inquiry, answer, saved["as"], started, saved=True)
     return ChatTurn(inquiry, answer, request.exchange_id, started)
 
 
@@ -99,6 +129,8 @@ def finish_chat_turn(turn: ChatTurn) -> dict[str, Any]:
 
 async def afinish_chat_turn(turn: ChatTurn) -> dict[str, Any]:
     """``finish_chat_turn`` for the event loop."""
+    if turn.saved:
+        return chat_response(turn, turn.exchange_id)
     job = chat_save_job(turn)
     exchange_id = await journal.run(job) if job is not None else turn.exchange_id
     return chat_response(turn, exchange_id)
@@ -106,11 +138,15 @@ async def afinish_chat_turn(turn: ChatTurn) -> dict[str, Any]:
 
 def chat_save_job(turn: ChatTurn) -> Job | None:
     """What saves the turn: nothing for a failed one (as in Galaxy)."""
-    reply = turn.answer.reply
+    return reply_save_job(turn.inquiry, turn.answer.reply, turn.exchange_id)
+
+
+def reply_save_job(inquiry: Inquiry, reply: Reply, exchange_id: int | None) -> Job | None:
+    """What saves ``inquiry`` and its ``reply`` to the exchange: nothing for a failed reply."""
     if reply.error is not None:
         return None
     agent_response = galaxy.render_agent_response(reply)
-    return save_turn_job(turn.inquiry, reply.content, agent_response, turn.exchange_id)
+    return save_turn_job(inquiry, reply.content, agent_response, exchange_id)
 
 
 def chat_response(turn: ChatTurn, exchange_id: int | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl
 
 from django.urls import re_path
 
+from staticagents.core.replies import Reply
 from staticagents.core.timing import TimedFrame
 from staticagents.dialects.galaxy import exchanges as chat_exchanges
 from staticagents.dialects.galaxy import wire as galaxy
@@ -29,6 +30,10 @@ from staticagents.serving.route import ReplyRoute, RequestRejected
 
 T = TypeVar("T")
 POST = frozenset({"POST"})
+
+
+def always(reply: Reply) -> bool:
+    return True
 
 
 class GalaxyRejection(RequestRejected):
@@ -123,7 +128,12 @@ class ChatRoute(GalaxyRoute):
             await self.send_json(200, galaxy.missing_query_response())
             return
         work = chat_exchanges.aanswer_chat_turn(
-            chat, headers=self.request_headers, route=self.scope["path"], body=body, started=started
+            chat,
+            headers=self.request_headers,
+            route=self.scope["path"],
+            body=body,
+            started=started,
+            save_with_entry=always,
         )
         try:
             turn = await self.answering(work, lambda turn: turn.answer.entry_id)

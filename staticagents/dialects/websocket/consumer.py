@@ -46,6 +46,7 @@ from staticagents.replying.answer import Answer, aanswer_inquiry
 from staticagents.replying.journal import journal
 from staticagents.serving import access
 from staticagents.serving.fallback import unknown_route_entry
+from staticagents.serving.protocol import SEND_MANY
 from staticagents.serving.stream import Faulted, paced, send_paced
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send_event(dialect.cut_off_event(stopped.limit, request_id))
 
     async def send_messages(self, texts: list[str]) -> None:
+        """Messages due together: in one write where the server can (``serving.protocol``)."""
+        if len(texts) > 1 and SEND_MANY in self.scope.get("extensions", {}):
+            await self.base_send({"type": SEND_MANY, "texts": texts})
+            return
         for text in texts:
             await self.send(text_data=text)
 
