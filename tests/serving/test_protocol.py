@@ -125,25 +125,38 @@ class Connection(Recording):
         pass
 
 
-def test_uvicorns_protocol_sends_a_reply_in_one_write() -> None:
+def served(
+    app: Any,
+    request: bytes,
+    protocol_class: Any = ServiceHttpProtocol,
+    protocols: list[Any] | None = None,
+) -> Connection:
+    """``request`` through uvicorn's ``protocol_class`` (ours) serving ``app``, the loop
+    let turn a few times; the connection's transport. ``protocols`` gets the protocol."""
     transport = Connection()
 
     async def main() -> None:
-        config = uvicorn.Config(reply_app, lifespan="off", log_level="warning")
+        config = uvicorn.Config(app, lifespan="off", log_level="warning")
         config.load()
-        protocol = ServiceHttpProtocol(
+        protocol = protocol_class(
             config=config,
             server_state=ServerState(),
             app_state={},
             _loop=asyncio.get_running_loop(),
         )
-        protocol.connection_made(transport)  # type: ignore[arg-type]
-        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        if protocols is not None:
+            protocols.append(protocol)
+        protocol.connection_made(transport)
+        protocol.data_received(request)
         for _ in range(5):
             await asyncio.sleep(0)
-        protocol.connection_lost(None)
 
     asyncio.run(main())
+    return transport
+
+
+def test_uvicorns_protocol_sends_a_reply_in_one_write() -> None:
+    transport = served(reply_app, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
     [reply] = transport.writes
     assert reply.startswith(b"HTTP/1.1 200 OK\r\n") and reply.endswith(b"\r\n\r\n{}")
 
@@ -151,7 +164,6 @@ def test_uvicorns_protocol_sends_a_reply_in_one_write() -> None:
 def test_a_responses_last_write_leaves_once_it_is_complete() -> None:
     """A server shutdown right after a stream ended closes the transport itself: nothing
     of the stream may still be held then."""
-    transport = Connection()
     protocols: list[ServiceHttpProtocol] = []
 
     async def stream_app(scope: Any, receive: Any, send: Any) -> None:
@@ -161,22 +173,7 @@ def test_a_responses_last_write_leaves_once_it_is_complete() -> None:
         await send({"type": "http.response.body", "body": b"two"})
         protocols[0].shutdown()  # as uvicorn's, when told to stop
 
-    async def main() -> None:
-        config = uvicorn.Config(stream_app, lifespan="off", log_level="warning")
-        config.load()
-        protocol = ServiceHttpProtocol(
-            config=config,
-            server_state=ServerState(),
-            app_state={},
-            _loop=asyncio.get_running_loop(),
-        )
-        protocols.append(protocol)
-        protocol.connection_made(transport)  # type: ignore[arg-type]
-        protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        for _ in range(5):
-            await asyncio.sleep(0)
-
-    asyncio.run(main())
+    transport = served(stream_app, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", protocols=protocols)
     assert transport.closed
     assert b"".join(transport.writes).endswith(b"3\r\none\r\n3\r\ntwo\r\n0\r\n\r\n")
 
@@ -188,7 +185,6 @@ HANDSHAKE = (
 
 
 def test_websocket_messages_sent_together_go_in_one_write_each_its_own_frame() -> None:
-    transport = Connection()
     scopes: list[Any] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -198,18 +194,7 @@ def test_websocket_messages_sent_together_go_in_one_write_each_its_own_frame() -
         await send({"type": SEND_MANY, "texts": ["one", "two", "three"]})
         await send({"type": "websocket.send", "text": "four"})
 
-    async def main() -> None:
-        config = uvicorn.Config(app, lifespan="off", log_level="warning")
-        config.load()
-        protocol = JSONErrorsWebSocketProtocol(
-            config=config, server_state=ServerState(), app_state={}
-        )
-        protocol.connection_made(transport)  # type: ignore[arg-type]
-        protocol.data_received(HANDSHAKE)
-        for _ in range(5):
-            await asyncio.sleep(0)
-
-    asyncio.run(main())
+    transport = served(app, HANDSHAKE, JSONErrorsWebSocketProtocol)
     assert SEND_MANY in scopes[0]["extensions"]
     handshake, together, alone = transport.writes
     assert handshake.startswith(b"HTTP/1.1 101")
