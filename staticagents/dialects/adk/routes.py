@@ -212,14 +212,17 @@ class RunSseRoute(RunRoute):
 
     async def post(self, body: bytes) -> None:
         run = await self.begin(body)
-        events = adk.sse_events(run.answer.reply, run.ids, streaming=run.streaming)
-        self.fault, self.run_ids = run.answer.reply.fault, run.ids
+        reply = run.answer.reply
         if run.final is not None:
-            # Due all at once (no delays scripted): recorded first (with the journal
-            # entry), then sent unpaced, a short stream in one write.
+            # Due all at once, no fault (no delays scripted): recorded first (with the
+            # journal entry), then the whole stream in one write, rendered in one piece.
             await self.start_sse(watch=False)
-            await self.send_paced(events, closing=b"", paced=False)
+            await self.end_stream(
+                adk.sse_body_at_once(reply, run.ids, run.final, streaming=run.streaming)
+            )
             return
+        events = adk.sse_events(reply, run.ids, streaming=run.streaming)
+        self.fault, self.run_ids = reply.fault, run.ids
         await self.start_sse()
         stopped = await self.send_paced(events)
         if stopped is None:

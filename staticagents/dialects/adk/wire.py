@@ -25,7 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from staticagents.core.replies import Reply, count_tokens
 from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
-from staticagents.core.timing import Slots, TimedFrame, plan_stream
+from staticagents.core.timing import Slots, TimedFrame, iter_chunks, plan_stream
 from staticagents.dialects.llm.wire import SLOT, TextTemplate
 
 MODEL_VERSION = "static-agents"
@@ -386,6 +386,36 @@ def sse_events(reply: Reply, ids: EventIds, *, streaming: bool) -> Iterator[Time
     slots = Slots(reply.timing)
     yield from partial_events(reply, ids, slots)
     yield TimedFrame(slots.end, final)
+
+
+def sse_body_at_once(
+    reply: Reply, ids: EventIds, final: Mapping[str, Any], *, streaming: bool
+) -> bytes:
+    """The bytes of ``sse_frames(sse_events(...))`` for a stream due all at once, whose
+    ``final`` event is already made (saved with the journal entry): no timed frames,
+    each partial one concatenation around its kind's template."""
+    tail = b"data: " + orjson.dumps(final) + b"\n\n"
+    if not streaming or reply.error is not None:
+        return tail
+    parts: list[bytes] = []
+    add = parts.append
+    chunk = reply.timing.chunk
+    for text, thought in ((reply.thinking, True), (reply.content, False)):
+        if text:
+            head, end = partial_template(ids, thought=thought)
+            for piece in iter_chunks(text, chunk):
+                add(head)
+                add(orjson.dumps(piece))
+                add(end)
+    add(tail)
+    return b"".join(parts)
+
+
+def partial_template(ids: EventIds, *, thought: bool) -> tuple[bytes, bytes]:
+    """What goes before and after a partial's JSON text, ``data: `` and the blank line
+    included."""
+    template = TextTemplate(partial_event(SLOT, ids, thought=thought))
+    return b"data: " + template.head, template.tail + b"\n\n"
 
 
 def partial_event(text: str, ids: EventIds, *, thought: bool = False) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from staticagents.core.matching import compile_ruleset, match_inquiry
 from staticagents.core.replies import Reply, build_reply
 from staticagents.core.timing import TimedFrame
 from staticagents.dialects.adk import wire as adk
+from staticagents.serving.route import sse_frames
 
 IDS = adk.EventIds("e-1", "ev-1", 1700000000.5, "router")
 
@@ -257,3 +258,24 @@ def test_a_streamed_tool_call_alone_still_waits_the_first_delay() -> None:
     [frame] = adk.sse_events(reply, IDS, streaming=True)
     assert frame.at == pytest.approx(0.04)
     assert "functionCall" in frame.data["content"]["parts"][0]
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"thinking": "weigh it up", "content": 'two words\n and \u00e9 "more"'},
+        {"content": "a b c", "tool_calls": [{"name": "f", "arguments": {"x": 1}}]},
+        {"tool_calls": [{"name": "f"}]},
+        {"content": "by char", "stream": {"chunk": "char"}},
+        {"error": {"status": 429, "type": "rate_limited", "message": "slow down"}},
+    ],
+)
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_stream_due_at_once_is_the_bytes_of_its_timed_frames(
+    response: dict[str, Any], streaming: bool
+) -> None:
+    reply = reply_for(response)
+    final = adk.final_event(reply, IDS)
+    at_once = adk.sse_body_at_once(reply, IDS, final, streaming=streaming)
+    assert at_once == sse_frames(adk.sse_events(reply, IDS, streaming=streaming))
+    assert at_once.count(b"data: ") > (1 if streaming and reply.content else 0)
