@@ -657,6 +657,9 @@ class AdkSession(models.Model):
     user = models.CharField(max_length=200)
     session_id = models.CharField(max_length=200)
     state = models.JSONField(default=dict, blank=True)
+    # What a run reads of the events (``wire.UserTurns``): a run never reads them all.
+    user_turns = models.PositiveIntegerField(default=0)
+    last_user_text = models.TextField(default="", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -359,7 +359,7 @@ def test_the_adk_parser_returns_a_run_or_its_invalid_request(tally: Counter[str]
         message = adk.read_message(run.new_message)
         # Stored events come from clients too: a session is created with any list of objects.
         events = [e for e in history if isinstance(e, dict)] if isinstance(history, list) else []
-        return adk.read_turn(message, events)
+        return adk.read_turn(message, adk.UserTurns().after(events))
 
     strategy = st.tuples(json_bytes(ADK_RUN), ADK_EVENTS)
     parser_test("adk run", strategy, parse, adk.InvalidRequest, tally)

@@ -66,6 +66,8 @@ def create_session(
     events: Iterable[Mapping[str, Any]] = (),
 ) -> StoredSession:
     """A new session; a random id (a UUID, as ADK uses) when none is given."""
+    events = [dict(e) for e in events]
+    turns = adk.UserTurns().after(events)
     try:
         with transaction.atomic():
             row = AdkSession.objects.create(
@@ -73,8 +75,10 @@ def create_session(
                 user=user,
                 session_id=session_id or str(uuid.uuid4()),
                 state=dict(state or {}),
+                user_turns=turns.count,
+                last_user_text=turns.last_text,
             )
-            AdkEvent.objects.bulk_create([AdkEvent(session=row, payload=dict(e)) for e in events])
+            AdkEvent.objects.bulk_create([AdkEvent(session=row, payload=e) for e in events])
     except IntegrityError:
         raise SessionExists(session_id) from None
     return _stored(row, with_events=True)
@@ -113,7 +117,9 @@ def update_state(
         if row is None:
             return None
         row.state = {**row.state, **state_delta}
-        row.save(update_fields=["state", "updated_at"])
+        turns = adk.UserTurns(row.user_turns, row.last_user_text).after([event])
+        row.user_turns, row.last_user_text = turns.count, turns.last_text
+        row.save(update_fields=["state", "user_turns", "last_user_text", "updated_at"])
         AdkEvent.objects.create(session=row, payload=dict(event))
         return _stored(row, with_events=True)
 
@@ -124,12 +130,12 @@ EVENTS = AdkEvent._meta.db_table
 
 @dataclass(frozen=True)
 class OpenedSession:
-    """A run's session as the run found it: its row, its state (the delta applied), its
-    events before the run."""
+    """A run's session as the run found it: its row, its state (the delta applied), and
+    its user turns before the run."""
 
     pk: int
     state: dict[str, Any]
-    events: list[dict[str, Any]]
+    earlier: adk.UserTurns
 
 
 def open_run_job(
@@ -141,44 +147,71 @@ def open_run_job(
     Creating it on first use is ``adk api_server --auto_create_session``: a test
     can run an agent without a separate create call. The job runs in the
     journal's round (``journal.run``), so the run's reads and writes are one
-    transaction.
+    transaction. It reads the session's row, never its events: a session may
+    hold any number of them.
     """
 
     def open_run(sql: Statements) -> OpenedSession:
         found = sql.rows(
-            f'SELECT id, state FROM {SESSIONS} WHERE app = %s AND "user" = %s AND session_id = %s',
+            f"SELECT id, state, user_turns, last_user_text FROM {SESSIONS} "
+            'WHERE app = %s AND "user" = %s AND session_id = %s',
             [app, user, session_id],
         )
         if not found:  # a new session: made with the delta, the user's message and the time
             state = dict(state_delta or {})
-            row = {"app": app, "user": user, "session_id": session_id, "state": state}
+            turns = adk.UserTurns().after([first])
+            row = {
+                "app": app,
+                "user": user,
+                "session_id": session_id,
+                "state": state,
+                "user_turns": turns.count,
+                "last_user_text": turns.last_text,
+            }
             [pk] = sql.insert(AdkSession, [row])
             sql.append(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
-            return OpenedSession(pk, state, [])
+            return OpenedSession(pk, state, adk.UserTurns())
         pk, state = int(found[0][0]), dict(sql.json(found[0][1]))
-        payloads = sql.rows(f"SELECT payload FROM {EVENTS} WHERE session_id = %s ORDER BY id", [pk])
-        events = [sql.json(payload) for (payload,) in payloads]
+        earlier = adk.UserTurns(int(found[0][2]), found[0][3])
+        turns = earlier.after([first])
+        sql.append(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
+        now = sql.now(AdkSession, "updated_at")
         if state_delta:
             state = {**state, **state_delta}
             sql.run(
-                f"UPDATE {SESSIONS} SET state = %s WHERE id = %s",
-                [sql.param(AdkSession, "state", state), pk],
+                f"UPDATE {SESSIONS} SET state = %s, user_turns = %s, last_user_text = %s, "
+                "updated_at = %s WHERE id = %s",
+                [sql.param(AdkSession, "state", state), turns.count, turns.last_text, now, pk],
             )
-        append_events(sql, pk, [first])
-        return OpenedSession(pk, state, events)
+        else:
+            sql.run(
+                f"UPDATE {SESSIONS} SET user_turns = %s, last_user_text = %s, updated_at = %s "
+                "WHERE id = %s",
+                [turns.count, turns.last_text, now, pk],
+            )
+        return OpenedSession(pk, state, earlier)
 
     return open_run
 
 
 def append_events_job(session_pk: int, events: Iterable[Event]) -> Job:
-    """Append ``events`` to the session (``journal.run``)."""
+    """Append the model's ``events`` to the session (``journal.run``)."""
     return lambda sql: append_events(sql, session_pk, events)
 
 
 def append_events(sql: Statements, session_pk: int, events: Iterable[Event]) -> None:
-    sql.append(AdkEvent, [{"session_id": session_pk, "payload": dict(e)} for e in events])
+    events = [dict(e) for e in events]
+    sql.append(AdkEvent, [{"session_id": session_pk, "payload": e} for e in events])
     now = sql.now(AdkSession, "updated_at")
-    sql.run(f"UPDATE {SESSIONS} SET updated_at = %s WHERE id = %s", [now, session_pk])
+    added = adk.UserTurns().after(events)  # none, unless the agent type is named "user"
+    if added.count:
+        sql.run(
+            f"UPDATE {SESSIONS} SET user_turns = user_turns + %s, last_user_text = %s, "
+            "updated_at = %s WHERE id = %s",
+            [added.count, added.last_text, now, session_pk],
+        )
+    else:
+        sql.run(f"UPDATE {SESSIONS} SET updated_at = %s WHERE id = %s", [now, session_pk])
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -240,7 +273,7 @@ async def start_run(
             first=adk.user_event(message.content, user_ids, request.state_delta),
         )
     )
-    turn = adk.read_turn(message, opened.events)
+    turn = adk.read_turn(message, opened.earlier)
     inquiry = Inquiry(
         query=turn.query,
         agent_type=app,

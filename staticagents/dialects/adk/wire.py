@@ -215,13 +215,25 @@ def tool_result_text(response: Mapping[str, Any] | None) -> str:
     return json.dumps(response, ensure_ascii=False)
 
 
-def read_turn(message: Message, history: Iterable[Mapping[str, Any]]) -> Turn:
+@dataclass(frozen=True, slots=True)
+class UserTurns:
+    """What a run needs of its session's earlier events: how many user messages carried
+    text, and the last one's text (kept with the session, so no run reads its events)."""
+
+    count: int = 0
+    last_text: str = ""
+
+    def after(self, events: Iterable[Mapping[str, Any]]) -> UserTurns:
+        """These turns followed by ``events``."""
+        texts = user_texts(events)
+        return UserTurns(self.count + len(texts), texts[-1]) if texts else self
+
+
+def read_turn(message: Message, earlier: UserTurns) -> Turn:
     """Query and turn number: a tool-result-only message continues the last user text."""
-    earlier = user_texts(history)
     if message.text is not None:
-        return Turn(message.text, len(earlier) + 1, message.tool_result)
-    query = earlier[-1] if earlier else ""
-    return Turn(query, max(len(earlier), 1), message.tool_result)
+        return Turn(message.text, earlier.count + 1, message.tool_result)
+    return Turn(earlier.last_text, max(earlier.count, 1), message.tool_result)
 
 
 def user_texts(events: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -9,8 +9,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from staticagents.dialects.adk import sessions as adk_sessions
+from staticagents.dialects.adk.wire import UserTurns
 from staticagents.models import AdkSession, JournalEntry
+from staticagents.replying.journal import journal
 
 FAST = {"word_delay_ms": 1}
 RULES: dict[str, Any] = {
@@ -213,6 +218,39 @@ def test_turn_counts_the_user_messages_of_the_session(adk: httpx.Client) -> None
     [second] = adk.post("/run", json=run_body("#count", session="turns")).json()
     assert texts(first) == "#count"
     assert texts(second) == "second"
+
+
+def user_text_event(text: str) -> dict[str, Any]:
+    return {"author": "user", "content": {"role": "user", "parts": [{"text": text}]}}
+
+
+def test_a_session_created_with_events_continues_their_turns(adk: httpx.Client) -> None:
+    events = [user_text_event("#tool first"), {"author": "router"}, user_text_event("#count")]
+    adk.post("/apps/router/users/u1/sessions", json={"sessionId": "made", "events": events})
+    # A tool result alone continues the last user text of the events the session was made with.
+    answer = {"functionResponse": {"name": "lookup", "response": {"result": "rain"}}}
+    body = run_body(session="made", newMessage={"role": "user", "parts": [answer]})
+    [final] = adk.post("/run", json=body).json()
+    assert texts(final) == "second"  # "#count" on turn 2
+    [third] = adk.post("/run", json=run_body("#count", session="made")).json()
+    assert texts(third) == "#count"  # turn 3
+    assert JournalEntry.objects.order_by("pk").values_list("query", flat=True)[1] == "#count"
+
+
+def test_a_run_reads_its_session_row_and_none_of_its_events(adk: httpx.Client) -> None:
+    events = [user_text_event(f"message {n}") for n in range(50)]
+    adk.post("/apps/router/users/u1/sessions", json={"sessionId": "long", "events": events})
+    job = adk_sessions.open_run_job(
+        app="router", user="u1", session_id="long", state_delta=None, first=user_text_event("hi")
+    )
+    with CaptureQueriesContext(connection) as queries:
+        opened = journal.run_now(job)
+    assert opened.earlier == UserTurns(50, "message 49")
+    read = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().startswith("SELECT")]
+    assert read and not any("adkevent" in sql for sql in read)
+    session = AdkSession.objects.get(session_id="long")
+    assert (session.user_turns, session.last_user_text) == (51, "hi")
+    assert session.events.count() == 51
 
 
 def test_a_scripted_error_is_an_error_event(adk: httpx.Client) -> None:

@@ -128,14 +128,21 @@ HISTORY = [
 
 
 def test_turn_counts_user_text_messages_including_this_one() -> None:
-    turn = adk.read_turn(adk.Message("third", None, message()), HISTORY)
+    turn = adk.read_turn(adk.Message("third", None, message()), adk.UserTurns().after(HISTORY))
     assert turn == adk.Turn("third", 3, None)
 
 
+def test_user_turns_add_up_event_by_event_as_over_the_whole_history() -> None:
+    one_by_one = adk.UserTurns()
+    for event in HISTORY:
+        one_by_one = one_by_one.after([event])
+    assert one_by_one == adk.UserTurns().after(HISTORY) == adk.UserTurns(2, "second")
+
+
 def test_a_tool_result_alone_continues_the_last_user_text() -> None:
-    turn = adk.read_turn(adk.Message(None, "sunny", message()), HISTORY)
+    turn = adk.read_turn(adk.Message(None, "sunny", message()), adk.UserTurns().after(HISTORY))
     assert turn == adk.Turn("second", 2, "sunny")
-    assert adk.read_turn(adk.Message(None, "x", message()), []) == adk.Turn("", 1, "x")
+    assert adk.read_turn(adk.Message(None, "x", message()), adk.UserTurns()) == adk.Turn("", 1, "x")
 
 
 def test_the_context_is_the_state_and_the_custom_metadata() -> None:
