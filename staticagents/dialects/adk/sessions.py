@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.core.replies import Reply
 from staticagents.dialects.adk import wire as adk
@@ -79,6 +80,7 @@ def create_session(
                 last_user_text=turns.last_text,
             )
             AdkEvent.objects.bulk_create([AdkEvent(session=row, payload=e) for e in events])
+            journal.run_now(lambda sql: prune_sessions(sql, row.pk))
     except IntegrityError:
         raise SessionExists(session_id) from None
     return _stored(row, with_events=True)
@@ -125,6 +127,7 @@ def update_state(
 
 
 SESSIONS = AdkSession._meta.db_table
+PRUNE_EVERY = 1024  # new sessions between two prunes: each deletes about as many
 EVENTS = AdkEvent._meta.db_table
 
 
@@ -170,6 +173,7 @@ def open_run_job(
             }
             [pk] = sql.insert(AdkSession, [row])
             sql.append(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
+            prune_sessions(sql, pk)
             return OpenedSession(pk, state, adk.UserTurns())
         pk, state = int(found[0][0]), dict(sql.json(found[0][1]))
         earlier = adk.UserTurns(int(found[0][2]), found[0][3])
@@ -192,6 +196,17 @@ def open_run_job(
         return OpenedSession(pk, state, earlier)
 
     return open_run
+
+
+def prune_sessions(sql: Statements, newest_pk: int) -> None:
+    """Keep about ``STATIC_AGENTS_JOURNAL_MAX`` sessions, as the journal keeps its entries:
+    the oldest go with their events, a batch at a time (``PRUNE_EVERY`` new sessions)."""
+    cap = settings.STATIC_AGENTS_JOURNAL_MAX
+    if newest_pk % min(cap, PRUNE_EVERY) or newest_pk <= cap:
+        return
+    cutoff = newest_pk - cap
+    sql.run(f"DELETE FROM {EVENTS} WHERE session_id <= %s", [cutoff])
+    sql.run(f"DELETE FROM {SESSIONS} WHERE id <= %s", [cutoff])
 
 
 def append_events_job(session_pk: int, events: Iterable[Event]) -> Job:

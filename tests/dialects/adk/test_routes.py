@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from staticagents.dialects.adk import sessions as adk_sessions
 from staticagents.dialects.adk.wire import UserTurns
-from staticagents.models import AdkSession, JournalEntry
+from staticagents.models import AdkEvent, AdkSession, JournalEntry
 from staticagents.replying.journal import journal
 
 FAST = {"word_delay_ms": 1}
@@ -251,6 +251,22 @@ def test_a_run_reads_its_session_row_and_none_of_its_events(adk: httpx.Client) -
     session = AdkSession.objects.get(session_id="long")
     assert (session.user_turns, session.last_user_text) == (51, "hi")
     assert session.events.count() == 51
+
+
+def test_the_oldest_sessions_go_with_their_events_past_the_journals_cap(
+    adk: httpx.Client, settings: Any
+) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX = 3  # a prune every third new session
+    for n in range(4):
+        adk.post("/run", json=run_body("hello", session=f"run-{n}")).raise_for_status()
+    adk.post("/apps/router/users/u1/sessions", json={"sessionId": "made"}).raise_for_status()
+    for n in range(4, 6):
+        adk.post("/run", json=run_body("hello", session=f"run-{n}")).raise_for_status()
+    kept = list(AdkSession.objects.order_by("pk").values_list("session_id", flat=True))
+    assert kept[-3:] == ["made", "run-4", "run-5"]
+    assert 3 <= len(kept) < 6  # about the cap: pruned a batch at a time
+    assert AdkEvent.objects.exclude(session__session_id__in=kept).count() == 0
+    assert adk.get("/apps/router/users/u1/sessions/run-0").status_code == 404
 
 
 def test_a_scripted_error_is_an_error_event(adk: httpx.Client) -> None:
