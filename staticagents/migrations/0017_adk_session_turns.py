@@ -2,15 +2,19 @@
 
 from django.db import migrations, models
 
-from staticagents.dialects.adk.wire import UserTurns
-
 
 def count_user_turns(apps, schema_editor):
     """Each existing session's user turns, from its events (read a session at a time)."""
+    from staticagents.dialects.adk.wire import UserTurns  # here: migrating needs no more
+
     AdkSession = apps.get_model("staticagents", "AdkSession")
     AdkEvent = apps.get_model("staticagents", "AdkEvent")
     for session in AdkSession.objects.only("pk").iterator():
-        payloads = AdkEvent.objects.filter(session=session).order_by("pk").values_list("payload", flat=True)
+        payloads = (
+            AdkEvent.objects.filter(session=session)
+            .order_by("pk")
+            .values_list("payload", flat=True)
+        )
         turns = UserTurns().after(p for p in payloads.iterator() if isinstance(p, dict))
         if turns.count:
             AdkSession.objects.filter(pk=session.pk).update(
@@ -19,20 +23,19 @@ def count_user_turns(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('staticagents', '0016_upstreams'),
+        ("staticagents", "0016_upstreams"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='adksession',
-            name='last_user_text',
-            field=models.TextField(blank=True, default=''),
+            model_name="adksession",
+            name="last_user_text",
+            field=models.TextField(blank=True, default=""),
         ),
         migrations.AddField(
-            model_name='adksession',
-            name='user_turns',
+            model_name="adksession",
+            name="user_turns",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.RunPython(count_user_turns, migrations.RunPython.noop),
