@@ -211,7 +211,10 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
     """Serve on ``listener`` until told to stop, with one process or several workers."""
-    import uvicorn
+    # uvicorn's package imports its --reload supervisor, whose watchfiles serve never uses
+    # (uvicorn takes its plain one without it): 4 ms of start-up (bench/README.md, step 22).
+    with hidden_modules("watchfiles"):
+        import uvicorn
     from uvicorn.supervisors import Multiprocess
 
     from staticagents.serving.protocol import JSONErrorsWebSocketProtocol, ServiceHttpProtocol
