@@ -84,6 +84,10 @@ HEAVY = (
     "staticagents.dialects.galaxy.wire",  # its pydantic bodies: with its routes or its errors
     "staticagents.dialects.websocket",  # the WebSocket routes (asgi.WebSocketApplication)
     "staticagents.control.live",
+    "staticagents.serving.websocket_protocol",  # uvicorn's, at the first upgrade
+    "websockets",
+    "importlib.metadata",  # websockets' and the version's (`--version`, the front door)
+    "watchfiles",  # uvicorn's --reload
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -119,6 +123,7 @@ def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driv
     assert {"drf_spectacular.views", "staticagents.control.schema", "staticagents.admin"} <= later
     assert {"staticagents.dialects.anthropic.routes", "staticagents.dialects.adk.routes"} <= later
     assert {"staticagents.dialects.websocket.consumer", "staticagents.control.live"} <= later
+    assert {"staticagents.serving.websocket_protocol", "websockets"} <= later
 
 
 def test_the_admins_checks_discover_its_modules_that_start_up_leaves_out() -> None:

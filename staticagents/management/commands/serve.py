@@ -217,7 +217,7 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
         import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from staticagents.serving.protocol import JSONErrorsWebSocketProtocol, ServiceHttpProtocol
+    from staticagents.serving.protocol import ServiceHttpProtocol, websocket_protocol
 
     workers = options["workers"]
     metrics_directory = None
@@ -234,7 +234,7 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
         lifespan="off",
         # Bytes uvicorn cannot parse get our JSON 400; a reply's head leaves with its body.
         http=ServiceHttpProtocol,
-        ws=JSONErrorsWebSocketProtocol,  # and so does a failed WebSocket handshake
+        ws=websocket_protocol,  # type: ignore[arg-type]  # a factory: a failed handshake too
         # X-Forwarded-* rewriting costs every request a middleware layer; a
         # deployment behind a proxy turns it on with --proxy-headers.
         proxy_headers=options["proxy_headers"],
