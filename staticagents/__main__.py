@@ -10,10 +10,10 @@ commands and ``--version`` gives its version; every Django command works too
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 # Static Agents' own commands, in the order a new user meets them.
 COMMANDS = ("serve", "token", "import_fixture", "export_fixture", "check_fixture")
@@ -22,6 +22,11 @@ HELP_FLAGS = ("-h", "--help", "help")
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one management command (``serve``, ``import_fixture``, ``migrate``, ...)."""
+    # Importing Django and the service makes a few hundred thousand objects that live as
+    # long as the process; with the default thresholds the collector walked them over and
+    # over (a tenth of serve's CPU to its first reply; bench/README.md, the testing kit,
+    # step 22). ``asgi.served_application`` keeps this threshold for serving.
+    gc.set_threshold(1_000_000, 20, 100)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "staticagents.settings")
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
@@ -40,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def service_version() -> str:
+    # Imported here: reading package metadata costs serve's start-up 20 ms (step 22).
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("static-agents")
     except PackageNotFoundError:  # run from a checkout that was never installed

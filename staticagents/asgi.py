@@ -25,10 +25,8 @@ django_application = StaticFiles(django_application)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from staticagents.control import live as live_journal  # noqa: E402
 from staticagents.dialects.gemini import routes as gemini  # noqa: E402
 from staticagents.dialects.openai import routes as openai  # noqa: E402
-from staticagents.dialects.websocket import consumer as websocket  # noqa: E402
 from staticagents.replying import live  # noqa: E402
 from staticagents.serving.guards import PathGuard, RequestGuard  # noqa: E402
 from staticagents.serving.onehop import OneHopDjango  # noqa: E402
@@ -71,9 +69,31 @@ def later_reply_routes() -> list[Any]:
 LATER_SEGMENTS = frozenset({"v1", "v1beta", "agents", "api", "list-apps", "apps", "run", "run_sse"})
 # The control API, which tests drive before and after every agent run, in one thread hop.
 http_application = OneHopDjango("/control/", django_application)  # type: ignore[arg-type]
-websocket_application = URLRouter(
-    [*websocket.websocket_routes, *live_journal.websocket_routes, websocket.unknown_path_route]
-)
+
+
+class WebSocketApplication:
+    """The WebSocket routes (the dialect's chat and the live journal), whose modules (the
+    consumers, the WebSocket wire module with Galaxy's) are imported at the first WebSocket
+    connection: an HTTP-only service never needs them (bench/README.md, step 22)."""
+
+    def __init__(self) -> None:
+        self.router: Any = None
+
+    def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
+        if self.router is None:
+            self.router = self.load()
+        return self.router(scope, receive, send)
+
+    @staticmethod
+    def load() -> URLRouter:
+        from staticagents.control import live as live_journal
+        from staticagents.dialects.websocket import consumer as websocket
+
+        routes = [*websocket.websocket_routes, *live_journal.websocket_routes]
+        return URLRouter([*routes, websocket.unknown_path_route])
+
+
+websocket_application = WebSocketApplication()
 # Every request is counted and logged (serving.telemetry); /sessions/{key}/... binds the
 # rest of the path to a session; a reply route's request then goes straight to its handler
 # (which refuses a NUL character in the path or query itself); any other request meets the

@@ -7,7 +7,6 @@ a person or a load balancer.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -23,6 +22,10 @@ READS = ("GET", "HEAD")
 
 
 def service_version() -> str:
+    # Imported at the first health check: the URLconf imports this module, and reading
+    # package metadata would cost the start-up 20 ms (bench/README.md, step 22).
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(DISTRIBUTION)
     except PackageNotFoundError:  # run from a source tree that was never installed

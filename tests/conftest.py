@@ -39,10 +39,7 @@ class LiveServer:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        from staticagents.serving.protocol import (
-            JSONErrorsWebSocketProtocol,
-            ServiceHttpProtocol,
-        )
+        from staticagents.serving.protocol import ServiceHttpProtocol, websocket_protocol
 
         config = uvicorn.Config(
             application,
@@ -51,7 +48,7 @@ class LiveServer:
             log_level="warning",
             lifespan="off",
             http=ServiceHttpProtocol,
-            ws=JSONErrorsWebSocketProtocol,
+            ws=websocket_protocol,  # type: ignore[arg-type]
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import orjson
 
-from staticagents.dialects.websocket import wire as websocket
 from staticagents.serving.fallback import error_body
 from staticagents.serving.guards import ASGIApp, Receive, Scope, Send
 
@@ -74,6 +73,9 @@ class SessionPrefix:
 async def refuse(scope: Scope, receive: Receive, send: Send, rest: str, message: str) -> None:
     """A 400 for the API of ``rest`` (the path after the prefix); on a WebSocket, its event."""
     if scope["type"] == "websocket":
+        # The WebSocket's wire module, only once a WebSocket comes (asgi.WebSocketApplication).
+        from staticagents.dialects.websocket import wire as websocket
+
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})
         event = websocket.error_event("invalid_session", message, 400)

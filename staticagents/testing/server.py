@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -23,9 +24,15 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import staticagents
-from staticagents.testing.client import ServiceUnreachable, StaticAgentsClient, new_session_key
+
+# The client (and httpx with it, 70 ms) is imported once the service is spawned, so that
+# its import runs beside the service's start rather than before it (bench/README.md, the
+# testing kit, step 22).
+if TYPE_CHECKING:
+    from staticagents.testing.client import StaticAgentsClient
 
 # Variables of the user's own environment that would point the service at their
 # settings, database, channel layer or code; STATIC_AGENTS_* are dropped as well.
@@ -77,7 +84,7 @@ class StaticAgentsServer:
         startup_timeout: float = 60.0,
     ) -> None:
         self.workdir = workdir
-        self.token = new_session_key("control")
+        self.token = f"control-{secrets.token_hex(8)}"  # a session key's shape
         self.environment = dict(environment or {})
         self.startup_timeout = startup_timeout
         self.port = 0
@@ -95,6 +102,8 @@ class StaticAgentsServer:
 
     def client(self, session: str | None = None) -> StaticAgentsClient:
         """A client for this service's control API, on ``session`` (default: a new one)."""
+        from staticagents.testing.client import StaticAgentsClient
+
         return StaticAgentsClient(self.url, token=self.token, session=session)
 
     def launch(self) -> None:
@@ -179,6 +188,8 @@ class StaticAgentsServer:
             )
 
     def _wait_until_ready(self) -> None:
+        from staticagents.testing.client import ServiceUnreachable
+
         deadline = time.monotonic() + self.startup_timeout
         with self.client(session="readiness") as probe:
             while True:

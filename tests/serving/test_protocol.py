@@ -12,8 +12,8 @@ from uvicorn.server import ServerState
 from staticagents.serving.protocol import (
     SEND_MANY,
     HeadWithBody,
-    JSONErrorsWebSocketProtocol,
     ServiceHttpProtocol,
+    websocket_protocol,
 )
 
 
@@ -194,7 +194,7 @@ def test_websocket_messages_sent_together_go_in_one_write_each_its_own_frame() -
         await send({"type": SEND_MANY, "texts": ["one", "two", "three"]})
         await send({"type": "websocket.send", "text": "four"})
 
-    transport = served(app, HANDSHAKE, JSONErrorsWebSocketProtocol)
+    transport = served(app, HANDSHAKE, websocket_protocol)  # as serve makes it
     assert SEND_MANY in scopes[0]["extensions"]
     handshake, together, alone = transport.writes
     assert handshake.startswith(b"HTTP/1.1 101")

@@ -7,6 +7,7 @@ which modules were loaded.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+from websockets.sync.client import connect
 
 from staticagents.testing.server import StaticAgentsServer
 
@@ -79,6 +81,13 @@ HEAVY = (
     "staticagents.dialects.galaxy.routes",
     "staticagents.dialects.galaxy.stream",
     "staticagents.dialects.adk.sessions",
+    "staticagents.dialects.galaxy.wire",  # its pydantic bodies: with its routes or its errors
+    "staticagents.dialects.websocket",  # the WebSocket routes (asgi.WebSocketApplication)
+    "staticagents.control.live",
+    "staticagents.serving.websocket_protocol",  # uvicorn's, at the first upgrade
+    "websockets",
+    "importlib.metadata",  # websockets' and the version's (`--version`, the front door)
+    "watchfiles",  # uvicorn's --reload
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -105,9 +114,16 @@ def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driv
         # The other dialects' replies, once one is asked for (Anthropic's here).
         message = {"model": "m", "max_tokens": 5, "messages": CHAT["messages"]}
         httpx.post(f"{server.url}/v1/messages", json=message).raise_for_status()
+        # The WebSocket's routes, once one connects.
+        with connect(server.url.replace("http://", "ws://") + "/ws/chat/") as socket:
+            socket.send('{"query": "hello"}')
+            while json.loads(socket.recv(timeout=30))["type"] != "done":
+                pass
         later = server.loaded_modules()
     assert {"drf_spectacular.views", "staticagents.control.schema", "staticagents.admin"} <= later
     assert {"staticagents.dialects.anthropic.routes", "staticagents.dialects.adk.routes"} <= later
+    assert {"staticagents.dialects.websocket.consumer", "staticagents.control.live"} <= later
+    assert {"staticagents.serving.websocket_protocol", "websockets"} <= later
 
 
 def test_the_admins_checks_discover_its_modules_that_start_up_leaves_out() -> None:

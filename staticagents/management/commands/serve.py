@@ -211,10 +211,13 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
     """Serve on ``listener`` until told to stop, with one process or several workers."""
-    import uvicorn
+    # uvicorn's package imports its --reload supervisor, whose watchfiles serve never uses
+    # (uvicorn takes its plain one without it): 4 ms of start-up (bench/README.md, step 22).
+    with hidden_modules("watchfiles"):
+        import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    from staticagents.serving.protocol import JSONErrorsWebSocketProtocol, ServiceHttpProtocol
+    from staticagents.serving.protocol import ServiceHttpProtocol, websocket_protocol
 
     workers = options["workers"]
     metrics_directory = None
@@ -231,7 +234,7 @@ def run_server(listener: socket.socket, options: dict[str, Any]) -> None:
         lifespan="off",
         # Bytes uvicorn cannot parse get our JSON 400; a reply's head leaves with its body.
         http=ServiceHttpProtocol,
-        ws=JSONErrorsWebSocketProtocol,  # and so does a failed WebSocket handshake
+        ws=websocket_protocol,  # type: ignore[arg-type]  # a factory: a failed handshake too
         # X-Forwarded-* rewriting costs every request a middleware layer; a
         # deployment behind a proxy turns it on with --proxy-headers.
         proxy_headers=options["proxy_headers"],
