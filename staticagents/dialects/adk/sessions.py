@@ -142,10 +142,17 @@ class OpenedSession:
 
 
 def open_run_job(
-    *, app: str, user: str, session_id: str, state_delta: Mapping[str, Any] | None, first: Event
+    *,
+    app: str,
+    user: str,
+    session_id: str,
+    state_delta: Mapping[str, Any] | None,
+    first: Event,
+    text: str | None,
 ) -> Job:
     """Open the run's session, created if it does not exist yet, with the delta applied,
-    and append the run's ``first`` event (the user's message) to it.
+    and append the run's ``first`` event (the user's message, whose ``text`` is
+    ``read_message``'s) to it.
 
     Creating it on first use is ``adk api_server --auto_create_session``: a test
     can run an agent without a separate create call. The job runs in the
@@ -162,7 +169,7 @@ def open_run_job(
         )
         if not found:  # a new session: made with the delta, the user's message and the time
             state = dict(state_delta or {})
-            turns = adk.UserTurns().after([first])
+            turns = adk.UserTurns().with_message(text)
             row = {
                 "app": app,
                 "user": user,
@@ -177,7 +184,7 @@ def open_run_job(
             return OpenedSession(pk, state, adk.UserTurns())
         pk, state = int(found[0][0]), dict(sql.json(found[0][1]))
         earlier = adk.UserTurns(int(found[0][2]), found[0][3])
-        turns = earlier.after([first])
+        turns = earlier.with_message(text)
         sql.append(AdkEvent, [{"session_id": pk, "payload": dict(first)}])
         now = sql.now(AdkSession, "updated_at")
         if state_delta:
@@ -215,10 +222,12 @@ def append_events_job(session_pk: int, events: Iterable[Event]) -> Job:
 
 
 def append_events(sql: Statements, session_pk: int, events: Iterable[Event]) -> None:
-    events = [dict(e) for e in events]
-    sql.append(AdkEvent, [{"session_id": session_pk, "payload": e} for e in events])
+    events = list(events)
+    sql.append(AdkEvent, [{"session_id": session_pk, "payload": dict(e)} for e in events])
     now = sql.now(AdkSession, "updated_at")
-    added = adk.UserTurns().after(events)  # none, unless the agent type is named "user"
+    # The model's events are the agent's, unless its agent type is named "user".
+    by_user = any(e.get("author") == "user" for e in events)
+    added = adk.UserTurns().after(events) if by_user else adk.UserTurns()
     if added.count:
         sql.run(
             f"UPDATE {SESSIONS} SET user_turns = user_turns + %s, last_user_text = %s, "
@@ -286,6 +295,7 @@ async def start_run(
             session_id=request.session_id,
             state_delta=request.state_delta,
             first=adk.user_event(message.content, user_ids, request.state_delta),
+            text=message.text,
         )
     )
     turn = adk.read_turn(message, opened.earlier)

@@ -228,6 +228,11 @@ class UserTurns:
         texts = user_texts(events)
         return UserTurns(self.count + len(texts), texts[-1]) if texts else self
 
+    def with_message(self, text: str | None) -> UserTurns:
+        """These turns followed by a run's message of ``text`` (``read_message``'s, which
+        reads its parts as ``user_texts`` reads a user event's)."""
+        return self if text is None else UserTurns(self.count + 1, text)
+
 
 def read_turn(message: Message, earlier: UserTurns) -> Turn:
     """Query and turn number: a tool-result-only message continues the last user text."""

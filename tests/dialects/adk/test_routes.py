@@ -241,7 +241,12 @@ def test_a_run_reads_its_session_row_and_none_of_its_events(adk: httpx.Client) -
     events = [user_text_event(f"message {n}") for n in range(50)]
     adk.post("/apps/router/users/u1/sessions", json={"sessionId": "long", "events": events})
     job = adk_sessions.open_run_job(
-        app="router", user="u1", session_id="long", state_delta=None, first=user_text_event("hi")
+        app="router",
+        user="u1",
+        session_id="long",
+        state_delta=None,
+        first=user_text_event("hi"),
+        text="hi",
     )
     with CaptureQueriesContext(connection) as queries:
         opened = journal.run_now(job)

@@ -139,6 +139,16 @@ def test_user_turns_add_up_event_by_event_as_over_the_whole_history() -> None:
     assert one_by_one == adk.UserTurns().after(HISTORY) == adk.UserTurns(2, "second")
 
 
+def test_a_runs_message_counts_as_its_user_event_would() -> None:
+    event = user("one\n")  # as adk.user_event stores the message
+    event["content"]["parts"].append({"text": "two", "thought": False})
+    event["content"]["parts"].append({"text": "hidden", "thought": True})
+    content = adk.ContentIn.model_validate(event["content"])
+    text = adk.read_message(content).text
+    assert adk.UserTurns(1, "a").with_message(text) == adk.UserTurns(1, "a").after([event])
+    assert adk.UserTurns(1, "a").with_message(None) == adk.UserTurns(1, "a")
+
+
 def test_a_tool_result_alone_continues_the_last_user_text() -> None:
     turn = adk.read_turn(adk.Message(None, "sunny", message()), adk.UserTurns().after(HISTORY))
     assert turn == adk.Turn("second", 2, "sunny")
