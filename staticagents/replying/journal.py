@@ -114,21 +114,19 @@ def bounded(entry: Entry, limit: int) -> Entry:
     return {**entry, "body": body, "query": query, "body_bytes": body_bytes, "size": kept}
 
 
-def bounded_all(entries: list[Entry]) -> tuple[list[Entry], int]:
-    """Each entry ``bounded``, and the bytes they take together."""
-    limit: int = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
-    entries = [bounded(entry, limit) for entry in entries]
-    return entries, sum(entry["size"] for entry in entries)
-
-
 def _cut(value: Any, limit: int) -> tuple[Any, int]:
     """At most ``limit`` bytes of ``value`` as text, and its whole length in bytes
     (anything but text or bytes goes as it is, for the database to judge)."""
-    if not isinstance(value, str | bytes):
-        return value, 0
+    if type(value) is str and value.isascii():  # a query, mostly: first, as cheaply as can be
+        length = len(value)
+        return (value, length) if length <= limit else (value[:limit], length)
     if isinstance(value, bytes):
-        errors = "ignore" if len(value) > limit else "replace"  # no half character at the cut
-        return value[:limit].decode("utf-8", errors), len(value)
+        length = len(value)
+        if length <= limit:
+            return value.decode("utf-8", "replace"), length
+        return value[:limit].decode("utf-8", "ignore"), length  # no half character at the cut
+    if not isinstance(value, str):
+        return value, 0
     is_ascii = value.isascii()
     length = len(value) if is_ascii else len(value.encode())
     if length <= limit:
@@ -178,7 +176,7 @@ class Statements:
         as the journal inserts its entries; their ids, in order."""
         ids: list[int] = []
         returning = self.db.vendor != "sqlite"
-        for sql, values, count in self.tables(model, self.db, self.placeholder).inserts(
+        for sql, values, count, _ in self.tables(model, self.db, self.placeholder).inserts(
             self.db, rows, returning=returning
         ):
             self.cursor.execute(sql, values)
@@ -191,7 +189,7 @@ class Statements:
 
     def append(self, model: type[models.Model], rows: list[Entry]) -> None:
         """``insert``, for rows whose ids nobody needs."""
-        for sql, values, _ in self.tables(model, self.db, self.placeholder).inserts(
+        for sql, values, _, _ in self.tables(model, self.db, self.placeholder).inserts(
             self.db, rows, returning=False
         ):
             self.cursor.execute(sql, values)
@@ -473,11 +471,13 @@ def _write(
     """Insert ``entries``, apply ``marks`` and prune when due, on Django's connection ``db``
     (in the caller's transaction); the new ids, in order."""
     ids: list[int] = []
-    entries, written = bounded_all(entries)
+    written = 0
+    limit: int = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
     with db.cursor() as cursor:
-        for sql, values, _ in table.inserts(db, entries, returning=True):
+        for sql, values, _, kept in table.inserts(db, entries, returning=True, limit=limit):
             cursor.execute(sql, values)
             ids.extend(int(row[0]) for row in cursor.fetchall())
+            written += kept
         if marks:
             cursor.executemany(table.mark_sql, [(mark.outcome, mark.entry_id) for mark in marks])
         if ids and cap.due(len(ids), written):
@@ -710,8 +710,12 @@ class _LoopBackend:
 
     def _write(self, entries: list[Entry], marks: list[_Mark]) -> list[int]:
         ids: list[int] = []
-        entries, written = bounded_all(entries)
-        for sql, values, rows in self.table.inserts(self.db, entries, returning=False):
+        written = 0
+        limit: int = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
+        for sql, values, rows, kept in self.table.inserts(
+            self.db, entries, returning=False, limit=limit
+        ):
+            written += kept
             # Under the write lock, one statement's rows take consecutive ids
             # (AUTOINCREMENT: each is the largest id so far plus one), so the
             # last id names them all, which is cheaper than RETURNING them.
@@ -830,38 +834,68 @@ class _Table:
         )
         self.names = ", ".join(quote(column) for column in self.columns.db_columns)
         self._inserts: dict[tuple[int, bool], str] = {}
+        # Where a journal row's body, query, body_bytes and size go among its values
+        # (``inserts(limit=...)``); None for another model's rows.
+        names = self.columns.plain_names
+        bounded_fields = ("body", "query", "body_bytes", "size")
+        self.bounds: tuple[int, int, int, int] | None = (
+            cast(tuple[int, int, int, int], tuple(names.index(name) for name in bounded_fields))
+            if all(name in names for name in bounded_fields)
+            else None
+        )
 
     def inserts(
-        self, db: BaseDatabaseWrapper, entries: list[Entry], *, returning: bool
-    ) -> Iterator[tuple[str, list[Any], int]]:
+        self,
+        db: BaseDatabaseWrapper,
+        entries: list[Entry],
+        *,
+        returning: bool,
+        limit: int | None = None,
+    ) -> Iterator[tuple[str, list[Any], int, int]]:
         """Multi-row ``INSERT`` statements for ``entries`` (``RETURNING`` the ids when told),
-        each with its values and its number of rows.
+        each with its values, its number of rows and the bytes their bodies and queries
+        take (0 without ``limit``).
 
         An absent field takes its default; an ``auto_now(_add)`` one the time of the
-        insert, read once for the statement.
+        insert, read once for the statement. With ``limit`` (the journal's own rows), each
+        row is stored ``bounded``: its values are cut here, the entry is not copied.
         """
         columns = self.columns
         plain_names, plain_defaults = columns.plain_names, columns.plain_defaults
+        adapted = [(c.name, c.default, c.adapt, c.field) for c in columns.adapted]
+        cut, most = (self.bounds, limit) if limit is not None else (None, 0)
         for start in range(0, len(entries), _BATCH):
             chunk = entries[start : start + _BATCH]
             now: dict[type[Field[Any, Any]], Any] = {}
             values: list[Any] = []
             extend, append = values.extend, values.append
+            kept = 0
             for entry in chunk:
                 # The columns that go as they are, in one pass in C; then the adapted ones.
+                row = len(values)
                 extend(map(entry.get, plain_names, plain_defaults))
-                for column in columns.adapted:
-                    value = entry.get(column.name, column.default)
+                if cut is not None:
+                    at_body, at_query, at_body_bytes, at_size = cut
+                    body, body_bytes = _cut(values[row + at_body], most)
+                    query, query_bytes = _cut(values[row + at_query], most)
+                    size = (body_bytes if body_bytes < most else most) + (
+                        query_bytes if query_bytes < most else most
+                    )
+                    values[row + at_body], values[row + at_query] = body, query
+                    values[row + at_body_bytes], values[row + at_size] = body_bytes, size
+                    kept += size
+                for name, default, adapt, field in adapted:
+                    value = entry.get(name, default)
                     if value is _NOW:
                         # One time for the statement's rows, and for all the columns of
                         # one kind (``created_at`` and ``updated_at`` alike).
-                        kind = type(column.field)
+                        kind = type(field)
                         if kind not in now:
-                            now[kind] = column.adapt(db, _insert_time(column.field))
+                            now[kind] = adapt(db, _insert_time(field))
                         append(now[kind])
                     else:
-                        append(column.adapt(db, value))
-            yield self._insert_sql(len(chunk), returning), values, len(chunk)
+                        append(adapt(db, value))
+            yield self._insert_sql(len(chunk), returning), values, len(chunk), kept
 
     def cutoff(self, cursor: Any, newest_id: int) -> int:
         """The id up to which entries go so that the newest ``STATIC_AGENTS_JOURNAL_MAX``
@@ -908,10 +942,19 @@ def _columns(model: type[models.Model], vendor: str) -> _Columns:
             adapted.append(_Adapted(field.attname, adapt or _as_is, default, field))
     return _Columns(
         plain_names=tuple(field.attname for field in plain),
-        plain_defaults=tuple(field.get_default() for field in plain),
+        plain_defaults=tuple(_plain_default(field, vendor) for field in plain),
         adapted=tuple(adapted),
         db_columns=tuple(field.column for field in [*plain, *(a.field for a in adapted)]),
     )
+
+
+def _plain_default(field: Field[Any, Any], vendor: str) -> Any:
+    default = field.get_default()
+    if vendor == "sqlite" and type(default) is bool:
+        # SQLite stores a bool as 1 or 0 either way, and the sqlite3 module binds an
+        # int several times faster (for a bool it first looks for an adapter).
+        return int(default)
+    return default
 
 
 def _automatic(field: Field[Any, Any]) -> bool:
