@@ -527,6 +527,18 @@ def _run_job(statements: Statements, job: Job) -> Any:
     return result
 
 
+@dataclass(slots=True)
+class _Counted:
+    """What a prune counted (``_Table.cutoff``): the entries with ``first < id <= last``
+    took ``total`` bytes at most, and that prune deleted those below. Since, entries are
+    only added above ``last`` or deleted (an id is never given twice, AUTOINCREMENT; a
+    round rolled back starts the count afresh), so ``total`` stays a bound from above."""
+
+    first: int = -1  # nothing counted yet
+    last: int = 0
+    total: int = 0
+
+
 class _Cap:
     """When to prune (see the module doc)."""
 
@@ -590,6 +602,7 @@ class _LoopBackend:
         self.scheduled = False
         self.locked_since: float | None = None
         self.reclaiming = False  # free pages are being given back
+        self.counted = _Counted()  # what the last prune read of the journal's bytes
 
     def insert(self, entry: Entry) -> asyncio.Future[int | None]:
         future: asyncio.Future[int | None] = self.loop.create_future()
@@ -636,6 +649,7 @@ class _LoopBackend:
             if self.connection.in_transaction:
                 self.connection.execute("ROLLBACK")
             log.exception("journal round failed")
+            self.counted = _Counted()  # its ids will be given again: count afresh
             if held or held_marks:
                 log.error("journal: %d rows of answered requests lost", len(held) + len(held_marks))
             _fail(inserts, marks, exc, jobs)
@@ -726,7 +740,7 @@ class _LoopBackend:
             outcomes = [(mark.outcome, mark.entry_id) for mark in marks]
             self.connection.executemany(self.table.mark_sql, outcomes)
         if ids and self.cap.due(len(ids), written):
-            cutoff = self.table.cutoff(self.connection.cursor(), ids[-1])
+            cutoff = self.table.cutoff(self.connection.cursor(), ids[-1], self.counted)
             if cutoff:
                 self.connection.execute(self.table.prune_sql, (cutoff,))
                 if not self.reclaiming:
@@ -829,6 +843,7 @@ class _Table:
         self.prune_sql = f"DELETE FROM {self.name} WHERE {self.pk} <= {ph}"
         size = quote("size")
         self.total_sql = f"SELECT COALESCE(SUM({size}), 0) FROM {self.name} WHERE {self.pk} > {ph}"
+        self.range_sql = f"{self.total_sql} AND {self.pk} <= {ph}"
         self.oldest_sql = (
             f"SELECT {self.pk}, {size} FROM {self.name} WHERE {self.pk} > {ph} ORDER BY {self.pk}"
         )
@@ -897,12 +912,30 @@ class _Table:
                         append(adapt(db, value))
             yield self._insert_sql(len(chunk), returning), values, len(chunk), kept
 
-    def cutoff(self, cursor: Any, newest_id: int) -> int:
+    def cutoff(self, cursor: Any, newest_id: int, counted: _Counted | None = None) -> int:
         """The id up to which entries go so that the newest ``STATIC_AGENTS_JOURNAL_MAX``
-        stay, taking at most ``STATIC_AGENTS_JOURNAL_MAX_BYTES``; 0: none go."""
+        stay, taking at most ``STATIC_AGENTS_JOURNAL_MAX_BYTES``; 0: none go.
+
+        With ``counted`` (the previous prune's count, on the same file), the bytes are
+        first bounded from above by reading only the entries that leave and those that
+        came since: a journal at its cap would otherwise be read whole at each prune
+        (milliseconds, with the loop held). Only a bound over the budget reads it whole.
+        """
         cutoff = max(0, newest_id - settings.STATIC_AGENTS_JOURNAL_MAX)
+        budget: int = settings.STATIC_AGENTS_JOURNAL_MAX_BYTES
+        if counted is not None and counted.first >= 0 and counted.last <= newest_id:
+            cursor.execute(self.range_sql, [counted.first, cutoff])
+            leaving = int(cursor.fetchone()[0])
+            cursor.execute(self.total_sql, [counted.last])
+            bound = counted.total - leaving + int(cursor.fetchone()[0])
+            if bound <= budget:
+                counted.first, counted.last, counted.total = cutoff, newest_id, bound
+                return cutoff
         cursor.execute(self.total_sql, [cutoff])
-        excess = int(cursor.fetchone()[0]) - settings.STATIC_AGENTS_JOURNAL_MAX_BYTES
+        total = int(cursor.fetchone()[0])
+        if counted is not None:
+            counted.first, counted.last, counted.total = cutoff, newest_id, total
+        excess = total - budget
         if excess <= 0:
             return cutoff
         cursor.execute(self.oldest_sql, [cutoff])
