@@ -114,21 +114,19 @@ def bounded(entry: Entry, limit: int) -> Entry:
     return {**entry, "body": body, "query": query, "body_bytes": body_bytes, "size": kept}
 
 
-def bounded_all(entries: list[Entry]) -> tuple[list[Entry], int]:
-    """Each entry ``bounded``, and the bytes they take together."""
-    limit: int = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
-    entries = [bounded(entry, limit) for entry in entries]
-    return entries, sum(entry["size"] for entry in entries)
-
-
 def _cut(value: Any, limit: int) -> tuple[Any, int]:
     """At most ``limit`` bytes of ``value`` as text, and its whole length in bytes
     (anything but text or bytes goes as it is, for the database to judge)."""
-    if not isinstance(value, str | bytes):
-        return value, 0
+    if type(value) is str and value.isascii():  # a query, mostly: first, as cheaply as can be
+        length = len(value)
+        return (value, length) if length <= limit else (value[:limit], length)
     if isinstance(value, bytes):
-        errors = "ignore" if len(value) > limit else "replace"  # no half character at the cut
-        return value[:limit].decode("utf-8", errors), len(value)
+        length = len(value)
+        if length <= limit:
+            return value.decode("utf-8", "replace"), length
+        return value[:limit].decode("utf-8", "ignore"), length  # no half character at the cut
+    if not isinstance(value, str):
+        return value, 0
     is_ascii = value.isascii()
     length = len(value) if is_ascii else len(value.encode())
     if length <= limit:
@@ -178,7 +176,7 @@ class Statements:
         as the journal inserts its entries; their ids, in order."""
         ids: list[int] = []
         returning = self.db.vendor != "sqlite"
-        for sql, values, count in self.tables(model, self.db, self.placeholder).inserts(
+        for sql, values, count, _ in self.tables(model, self.db, self.placeholder).inserts(
             self.db, rows, returning=returning
         ):
             self.cursor.execute(sql, values)
@@ -191,7 +189,7 @@ class Statements:
 
     def append(self, model: type[models.Model], rows: list[Entry]) -> None:
         """``insert``, for rows whose ids nobody needs."""
-        for sql, values, _ in self.tables(model, self.db, self.placeholder).inserts(
+        for sql, values, _, _ in self.tables(model, self.db, self.placeholder).inserts(
             self.db, rows, returning=False
         ):
             self.cursor.execute(sql, values)
@@ -473,11 +471,13 @@ def _write(
     """Insert ``entries``, apply ``marks`` and prune when due, on Django's connection ``db``
     (in the caller's transaction); the new ids, in order."""
     ids: list[int] = []
-    entries, written = bounded_all(entries)
+    written = 0
+    limit: int = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
     with db.cursor() as cursor:
-        for sql, values, _ in table.inserts(db, entries, returning=True):
+        for sql, values, _, kept in table.inserts(db, entries, returning=True, limit=limit):
             cursor.execute(sql, values)
             ids.extend(int(row[0]) for row in cursor.fetchall())
+            written += kept
         if marks:
             cursor.executemany(table.mark_sql, [(mark.outcome, mark.entry_id) for mark in marks])
         if ids and cap.due(len(ids), written):
@@ -527,6 +527,18 @@ def _run_job(statements: Statements, job: Job) -> Any:
     return result
 
 
+@dataclass(slots=True)
+class _Counted:
+    """What a prune counted (``_Table.cutoff``): the entries with ``first < id <= last``
+    took ``total`` bytes at most, and that prune deleted those below. Since, entries are
+    only added above ``last`` or deleted (an id is never given twice, AUTOINCREMENT; a
+    round rolled back starts the count afresh), so ``total`` stays a bound from above."""
+
+    first: int = -1  # nothing counted yet
+    last: int = 0
+    total: int = 0
+
+
 class _Cap:
     """When to prune (see the module doc)."""
 
@@ -571,6 +583,10 @@ class _LoopBackend:
     HELD_PER_ROUND = 1000  # held-back rows written per round: each round stays short
     RECLAIM_PAGES = 128  # a few milliseconds of page moves
     RECLAIM_PAUSE_SECONDS = 0.002
+    # SQLite checkpoints the log inside a commit every 1,000 pages by default, holding the
+    # loop (and every reply waiting on it) for milliseconds; at 500 each hold is shorter
+    # and a reply's p99 lower, for no more CPU (bench/README.md, "third round").
+    CHECKPOINT_PAGES = 500
 
     def __init__(
         self, writer: JournalWriter, loop: asyncio.AbstractEventLoop, db: BaseDatabaseWrapper
@@ -582,6 +598,7 @@ class _LoopBackend:
         self.cap = writer._cap
         self.lock_timeout = float(db.settings_dict.get("OPTIONS", {}).get("timeout", 5))
         self.connection = connect_sqlite(db)
+        self.connection.execute(f"PRAGMA wal_autocheckpoint={self.CHECKPOINT_PAGES}")
         self.inserts: _Inserts = []
         self.marks: _Marks = []
         self.jobs: _Jobs = []
@@ -590,6 +607,7 @@ class _LoopBackend:
         self.scheduled = False
         self.locked_since: float | None = None
         self.reclaiming = False  # free pages are being given back
+        self.counted = _Counted()  # what the last prune read of the journal's bytes
 
     def insert(self, entry: Entry) -> asyncio.Future[int | None]:
         future: asyncio.Future[int | None] = self.loop.create_future()
@@ -636,6 +654,7 @@ class _LoopBackend:
             if self.connection.in_transaction:
                 self.connection.execute("ROLLBACK")
             log.exception("journal round failed")
+            self.counted = _Counted()  # its ids will be given again: count afresh
             if held or held_marks:
                 log.error("journal: %d rows of answered requests lost", len(held) + len(held_marks))
             _fail(inserts, marks, exc, jobs)
@@ -710,8 +729,12 @@ class _LoopBackend:
 
     def _write(self, entries: list[Entry], marks: list[_Mark]) -> list[int]:
         ids: list[int] = []
-        entries, written = bounded_all(entries)
-        for sql, values, rows in self.table.inserts(self.db, entries, returning=False):
+        written = 0
+        limit: int = settings.STATIC_AGENTS_JOURNAL_BODY_BYTES
+        for sql, values, rows, kept in self.table.inserts(
+            self.db, entries, returning=False, limit=limit
+        ):
+            written += kept
             # Under the write lock, one statement's rows take consecutive ids
             # (AUTOINCREMENT: each is the largest id so far plus one), so the
             # last id names them all, which is cheaper than RETURNING them.
@@ -722,7 +745,7 @@ class _LoopBackend:
             outcomes = [(mark.outcome, mark.entry_id) for mark in marks]
             self.connection.executemany(self.table.mark_sql, outcomes)
         if ids and self.cap.due(len(ids), written):
-            cutoff = self.table.cutoff(self.connection.cursor(), ids[-1])
+            cutoff = self.table.cutoff(self.connection.cursor(), ids[-1], self.counted)
             if cutoff:
                 self.connection.execute(self.table.prune_sql, (cutoff,))
                 if not self.reclaiming:
@@ -825,50 +848,99 @@ class _Table:
         self.prune_sql = f"DELETE FROM {self.name} WHERE {self.pk} <= {ph}"
         size = quote("size")
         self.total_sql = f"SELECT COALESCE(SUM({size}), 0) FROM {self.name} WHERE {self.pk} > {ph}"
+        self.range_sql = f"{self.total_sql} AND {self.pk} <= {ph}"
         self.oldest_sql = (
             f"SELECT {self.pk}, {size} FROM {self.name} WHERE {self.pk} > {ph} ORDER BY {self.pk}"
         )
         self.names = ", ".join(quote(column) for column in self.columns.db_columns)
         self._inserts: dict[tuple[int, bool], str] = {}
+        # Where a journal row's body, query, body_bytes and size go among its values
+        # (``inserts(limit=...)``); None for another model's rows.
+        names = self.columns.plain_names
+        bounded_fields = ("body", "query", "body_bytes", "size")
+        self.bounds: tuple[int, int, int, int] | None = (
+            cast(tuple[int, int, int, int], tuple(names.index(name) for name in bounded_fields))
+            if all(name in names for name in bounded_fields)
+            else None
+        )
 
     def inserts(
-        self, db: BaseDatabaseWrapper, entries: list[Entry], *, returning: bool
-    ) -> Iterator[tuple[str, list[Any], int]]:
+        self,
+        db: BaseDatabaseWrapper,
+        entries: list[Entry],
+        *,
+        returning: bool,
+        limit: int | None = None,
+    ) -> Iterator[tuple[str, list[Any], int, int]]:
         """Multi-row ``INSERT`` statements for ``entries`` (``RETURNING`` the ids when told),
-        each with its values and its number of rows.
+        each with its values, its number of rows and the bytes their bodies and queries
+        take (0 without ``limit``).
 
         An absent field takes its default; an ``auto_now(_add)`` one the time of the
-        insert, read once for the statement.
+        insert, read once for the statement. With ``limit`` (the journal's own rows), each
+        row is stored ``bounded``: its values are cut here, the entry is not copied.
         """
         columns = self.columns
         plain_names, plain_defaults = columns.plain_names, columns.plain_defaults
+        adapted = [(c.name, c.default, c.adapt, c.field) for c in columns.adapted]
+        cut, most = (self.bounds, limit) if limit is not None else (None, 0)
         for start in range(0, len(entries), _BATCH):
             chunk = entries[start : start + _BATCH]
             now: dict[type[Field[Any, Any]], Any] = {}
             values: list[Any] = []
             extend, append = values.extend, values.append
+            kept = 0
             for entry in chunk:
                 # The columns that go as they are, in one pass in C; then the adapted ones.
+                row = len(values)
                 extend(map(entry.get, plain_names, plain_defaults))
-                for column in columns.adapted:
-                    value = entry.get(column.name, column.default)
+                if cut is not None:
+                    at_body, at_query, at_body_bytes, at_size = cut
+                    body, body_bytes = _cut(values[row + at_body], most)
+                    query, query_bytes = _cut(values[row + at_query], most)
+                    size = (body_bytes if body_bytes < most else most) + (
+                        query_bytes if query_bytes < most else most
+                    )
+                    values[row + at_body], values[row + at_query] = body, query
+                    values[row + at_body_bytes], values[row + at_size] = body_bytes, size
+                    kept += size
+                for name, default, adapt, field in adapted:
+                    value = entry.get(name, default)
                     if value is _NOW:
                         # One time for the statement's rows, and for all the columns of
                         # one kind (``created_at`` and ``updated_at`` alike).
-                        kind = type(column.field)
+                        kind = type(field)
                         if kind not in now:
-                            now[kind] = column.adapt(db, _insert_time(column.field))
+                            now[kind] = adapt(db, _insert_time(field))
                         append(now[kind])
                     else:
-                        append(column.adapt(db, value))
-            yield self._insert_sql(len(chunk), returning), values, len(chunk)
+                        append(adapt(db, value))
+            yield self._insert_sql(len(chunk), returning), values, len(chunk), kept
 
-    def cutoff(self, cursor: Any, newest_id: int) -> int:
+    def cutoff(self, cursor: Any, newest_id: int, counted: _Counted | None = None) -> int:
         """The id up to which entries go so that the newest ``STATIC_AGENTS_JOURNAL_MAX``
-        stay, taking at most ``STATIC_AGENTS_JOURNAL_MAX_BYTES``; 0: none go."""
+        stay, taking at most ``STATIC_AGENTS_JOURNAL_MAX_BYTES``; 0: none go.
+
+        With ``counted`` (the previous prune's count, on the same file), the bytes are
+        first bounded from above by reading only the entries that leave and those that
+        came since: a journal at its cap would otherwise be read whole at each prune
+        (milliseconds, with the loop held). Only a bound over the budget reads it whole.
+        """
         cutoff = max(0, newest_id - settings.STATIC_AGENTS_JOURNAL_MAX)
+        budget: int = settings.STATIC_AGENTS_JOURNAL_MAX_BYTES
+        if counted is not None and counted.first >= 0 and counted.last <= newest_id:
+            cursor.execute(self.range_sql, [counted.first, cutoff])
+            leaving = int(cursor.fetchone()[0])
+            cursor.execute(self.total_sql, [counted.last])
+            bound = counted.total - leaving + int(cursor.fetchone()[0])
+            if bound <= budget:
+                counted.first, counted.last, counted.total = cutoff, newest_id, bound
+                return cutoff
         cursor.execute(self.total_sql, [cutoff])
-        excess = int(cursor.fetchone()[0]) - settings.STATIC_AGENTS_JOURNAL_MAX_BYTES
+        total = int(cursor.fetchone()[0])
+        if counted is not None:
+            counted.first, counted.last, counted.total = cutoff, newest_id, total
+        excess = total - budget
         if excess <= 0:
             return cutoff
         cursor.execute(self.oldest_sql, [cutoff])
@@ -908,10 +980,19 @@ def _columns(model: type[models.Model], vendor: str) -> _Columns:
             adapted.append(_Adapted(field.attname, adapt or _as_is, default, field))
     return _Columns(
         plain_names=tuple(field.attname for field in plain),
-        plain_defaults=tuple(field.get_default() for field in plain),
+        plain_defaults=tuple(_plain_default(field, vendor) for field in plain),
         adapted=tuple(adapted),
         db_columns=tuple(field.column for field in [*plain, *(a.field for a in adapted)]),
     )
+
+
+def _plain_default(field: Field[Any, Any], vendor: str) -> Any:
+    default = field.get_default()
+    if vendor == "sqlite" and type(default) is bool:
+        # SQLite stores a bool as 1 or 0 either way, and the sqlite3 module binds an
+        # int several times faster (for a bool it first looks for an adapter).
+        return int(default)
+    return default
 
 
 def _automatic(field: Field[Any, Any]) -> bool:

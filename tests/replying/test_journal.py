@@ -313,6 +313,76 @@ def test_the_journal_is_pruned_to_its_byte_budget(load_rules: LoadRules, setting
     assert kept == [f"hello {n:02}" for n in range(20, 30)]
 
 
+def _loop_entry(n: int, body_bytes: int = 92) -> dict[str, Any]:
+    return {
+        "dialect": "openai",
+        "route": "/t",
+        "session": "s",
+        "agent_type": "a",
+        "outcome": "answered",
+        "query": f"hello {n:02}",  # 8 bytes: with the body, 100
+        "body": "x" * body_bytes,
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_loops_journal_is_pruned_to_its_byte_budget_commit_after_commit(
+    settings: Any,
+) -> None:
+    """The loop's writer counts the bytes at its first prune and bounds them after from
+    the entries leaving and coming: the journal stays the newest entries within budget,
+    each commit, also when another connection deletes entries meanwhile."""
+    settings.STATIC_AGENTS_JOURNAL_MAX_BYTES = 1000
+    writer = JournalWriter()
+
+    table = JournalEntry._meta.db_table
+    reader = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+
+    def kept() -> list[str]:
+        return [query for (query,) in reader.execute(f"SELECT query FROM {table} ORDER BY id")]
+
+    async def write() -> None:
+        present: list[str] = []  # the newest entries that fit in 1,000 bytes: 10 of 100
+        for n in range(30):
+            await writer.record(_loop_entry(n))
+            present = [*present, f"hello {n:02}"][-10:]
+            assert kept() == present
+            if n == 14:  # entries gone behind the writer's back only lower its bound
+                reader.execute(f"DELETE FROM {table} WHERE query = 'hello 12'")
+                present.remove("hello 12")
+        # One entry over the budget on its own leaves only itself and what fits beside it.
+        await writer.record(_loop_entry(30, body_bytes=792))
+        assert kept() == ["hello 28", "hello 29", "hello 30"]
+
+    try:
+        asyncio.run(write())
+    finally:
+        writer.close()
+        reader.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_loops_journal_is_pruned_to_its_cap_within_a_large_budget(settings: Any) -> None:
+    settings.STATIC_AGENTS_JOURNAL_MAX = 10
+    writer = JournalWriter()
+
+    async def write() -> None:
+        for n in range(25):
+            await writer.record(_loop_entry(n))
+        # A larger cap, then a smaller budget: the bound holds across both.
+        settings.STATIC_AGENTS_JOURNAL_MAX = 20
+        await writer.record(_loop_entry(25))
+        settings.STATIC_AGENTS_JOURNAL_MAX_BYTES = 500
+        await writer.record(_loop_entry(26))
+
+    try:
+        asyncio.run(write())
+    finally:
+        writer.close()
+    kept = list(JournalEntry.objects.order_by("id").values_list("query", flat=True))
+    assert kept == [f"hello {n:02}" for n in range(22, 27)]
+
+
 def test_a_journal_page_stops_at_its_byte_ceiling_and_leads_on_both_ways(
     control: httpx.Client, live_url: str, load_rules: LoadRules, monkeypatch: Any
 ) -> None:
