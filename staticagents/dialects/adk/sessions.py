@@ -127,8 +127,8 @@ def update_state(
 
 
 SESSIONS = AdkSession._meta.db_table
-PRUNE_EVERY = 1024  # new sessions between two prunes: each deletes about as many
 EVENTS = AdkEvent._meta.db_table
+PRUNE_EVERY = 1024  # new sessions between two prunes: each deletes about as many
 
 
 @dataclass(frozen=True)
