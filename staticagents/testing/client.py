@@ -26,7 +26,6 @@ import contextlib
 import functools
 import json
 import os
-import secrets
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +36,7 @@ from typing import Any, Literal, TypeAlias
 from urllib.parse import quote, urlencode
 
 from staticagents.optional import hidden_modules
+from staticagents.testing.keys import new_session_key
 
 # httpx imports its command line's click, rich and pygments when they are installed:
 # half of its import, before the kit's service starts (bench/README.md, step 21).
@@ -478,11 +478,6 @@ def script_document(
 
 
 # -- the client ---------------------------------------------------------------------------
-
-
-def new_session_key(prefix: str = "test") -> str:
-    """A random session key (``prefix-<16 hex digits>``)."""
-    return f"{prefix}-{secrets.token_hex(8)}"
 
 
 @functools.cache

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 import staticagents
+from staticagents.testing.keys import new_session_key
 
 # The client (and httpx with it, 70 ms) is imported once the service is spawned, so that
 # its import runs beside the service's start rather than before it (bench/README.md, the
@@ -84,7 +84,7 @@ class StaticAgentsServer:
         startup_timeout: float = 60.0,
     ) -> None:
         self.workdir = workdir
-        self.token = f"control-{secrets.token_hex(8)}"  # a session key's shape
+        self.token = new_session_key("control")
         self.environment = dict(environment or {})
         self.startup_timeout = startup_timeout
         self.port = 0

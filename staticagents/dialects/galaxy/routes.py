@@ -74,6 +74,25 @@ class GalaxyRoute(ReplyRoute):
     def params(self) -> dict[str, str]:
         return dict(parse_qsl(self.scope.get("query_string", b"").decode("latin-1")))
 
+    async def answer_turn(
+        self,
+        chat: galaxy.ChatRequest,
+        body: bytes,
+        started: float,
+        save_with_entry: Callable[[Reply], bool],
+    ) -> chat_exchanges.ChatTurn:
+        """The chat turn answered (``exchanges.aanswer_chat_turn``); ``ExchangeNotFound``
+        when it names an exchange there is not."""
+        work = chat_exchanges.aanswer_chat_turn(
+            chat,
+            headers=self.request_headers,
+            route=self.scope["path"],
+            body=body,
+            started=started,
+            save_with_entry=save_with_entry,
+        )
+        return await self.answering(work, lambda turn: turn.answer.entry_id)
+
 
 class AgentRoute(GalaxyRoute):
     """``POST /api/ai/agents/{query,error-analysis,custom-tool}`` (``views.AgentView``)."""
@@ -127,16 +146,8 @@ class ChatRoute(GalaxyRoute):
         if chat.query is None:
             await self.send_json(200, galaxy.missing_query_response())
             return
-        work = chat_exchanges.aanswer_chat_turn(
-            chat,
-            headers=self.request_headers,
-            route=self.scope["path"],
-            body=body,
-            started=started,
-            save_with_entry=always,
-        )
         try:
-            turn = await self.answering(work, lambda turn: turn.answer.entry_id)
+            turn = await self.answer_turn(chat, body, started, save_with_entry=always)
         except ExchangeNotFound as missing:
             failure = galaxy.chat_failure(404, str(missing), exchange_id=missing.exchange_id)
             await self.send_json(200, failure)

@@ -35,16 +35,8 @@ class GalaxyStreamRoute(GalaxyRoute):
         if chat.query is None:
             await self.finish(galaxy.missing_query_events(chat.agent_type))
             return
-        work = chat_exchanges.aanswer_chat_turn(
-            chat,
-            headers=self.request_headers,
-            route=self.scope["path"],
-            body=body,
-            started=started,
-            save_with_entry=due_at_once,
-        )
         try:
-            turn = await self.answering(work, lambda turn: turn.answer.entry_id)
+            turn = await self.answer_turn(chat, body, started, save_with_entry=due_at_once)
         except ExchangeNotFound as missing:
             await self.finish(
                 galaxy.missing_exchange_events(str(missing), missing.exchange_id, chat.agent_type)
