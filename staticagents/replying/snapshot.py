@@ -25,8 +25,10 @@ the stamp changed starts it in a thread of its own and waits for it: wholly when
 it reads at most ``SMALL_BUILD_RULES`` rules anew (an edit: read your writes),
 else at most ``WAIT_FOR_BUILD_SECONDS`` from its start; until a long build
 (thousands of rules) is installed, requests answer from the previous snapshot,
-whole. ``active_ruleset`` waits for the build (code in a thread wants the rules
-as they are: the control API after a write, the admin).
+whole. A build knows its size once it has read which rules changed (one indexed
+read); a request waits for that much at least, however slow the build's thread is
+to start on a busy machine. ``active_ruleset`` waits for the build (code in a
+thread wants the rules as they are: the control API after a write, the admin).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
@@ -66,6 +68,7 @@ from staticagents.selectors import (
 STAMP_SQL = f"SELECT stamp || ':' || scripts_stamp FROM {RulesetState._meta.db_table} WHERE id = 1"
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WAIT_FOR_BUILD_SECONDS = 0.1
 SMALL_BUILD_RULES = 200
@@ -114,18 +117,27 @@ async def current_ruleset(loop: asyncio.AbstractEventLoop | None = None) -> Rule
             target=_run_apart, args=(build,), name="static-agents-snapshot", daemon=True
         ).start()
     if current is None:  # nothing to answer from meanwhile
-        return await asyncio.wrap_future(build.done)
+        return await _shared(build.done)
     if build.done.done():
         return build.done.result()
     left = build.started + WAIT_FOR_BUILD_SECONDS - time.monotonic()
     if left > 0:
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(build.done)), left)
+            return await asyncio.wait_for(_shared(build.done), left)
         except TimeoutError:
             pass
-    if build.fresh is not None and build.fresh <= SMALL_BUILD_RULES:
-        return await asyncio.wrap_future(build.done)
+    fresh = build.fresh
+    if fresh is None:  # its thread has not read which rules changed yet (a busy machine)
+        fresh = await _shared(build.sized)
+    if fresh is not None and fresh <= SMALL_BUILD_RULES:
+        return await _shared(build.done)
     return current
+
+
+def _shared(future: concurrent.futures.Future[T]) -> asyncio.Future[T]:
+    """``future``, of the build that every waiting request shares, awaited on the loop: a
+    request cancelled meanwhile (its client left) does not cancel it for the others."""
+    return asyncio.shield(asyncio.wrap_future(future))
 
 
 def snapshot_stamp() -> str | None:
@@ -161,10 +173,14 @@ class _Build:
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.fresh: int | None = None  # how many rules it reads anew, once it knows
+        # ``fresh`` once known; None if the build ended without knowing (it failed).
+        self.sized: concurrent.futures.Future[int | None] = concurrent.futures.Future()
         self.done: concurrent.futures.Future[Ruleset] = concurrent.futures.Future()
 
     def sizing(self, fresh: int) -> None:
         self.fresh = fresh
+        if not self.sized.done():
+            self.sized.set_result(fresh)
 
 
 _building: _Build | None = None
@@ -194,6 +210,8 @@ def _run(build: _Build) -> Ruleset:
         build.done.set_exception(exc)
         raise
     finally:
+        if not build.sized.done():
+            build.sized.set_result(build.fresh)
         with _building_lock:
             _building = None
 

@@ -179,7 +179,8 @@ def test_a_reply_answers_from_the_previous_snapshot_until_a_long_build_is_instal
 
     def long_build(previous: Any = None, **options: Any) -> Any:
         builds.append(threading.current_thread().name)
-        release.wait(30)  # before it knows its size: a long one, as far as replies know
+        options["sizing"](snapshot.SMALL_BUILD_RULES + 1)  # a replace of many rules
+        release.wait(30)
         return real(previous, **options)
 
     monkeypatch.setattr(snapshot, "build_ruleset", long_build)
@@ -217,6 +218,52 @@ def test_a_reply_waits_for_a_build_of_a_few_rules_however_long_it_takes(
     import_fixture(document=rules("new"))
     ruleset = asyncio.run(snapshot.current_ruleset())
     assert [rule.name for rule in ruleset.rules] == ["new"]  # read your writes
+
+
+def test_a_reply_reads_its_writes_when_the_builds_thread_is_slow_to_learn_its_size(
+    committed_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a busy machine the build's thread may not even have read which rules changed
+    when the wait is over: the reply waits for that, then for the edit's small build."""
+    real = snapshot.build_ruleset
+
+    def slow_to_start(previous: Any = None, **options: Any) -> Any:
+        time.sleep(0.2)  # longer than the wait, before the build knows its size
+        return real(previous, **options)
+
+    monkeypatch.setattr(snapshot, "build_ruleset", slow_to_start)
+    monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)
+    import_fixture(document=rules("new"))
+    ruleset = asyncio.run(snapshot.current_ruleset())
+    assert [rule.name for rule in ruleset.rules] == ["new"]
+
+
+def test_a_reply_that_leaves_while_a_build_runs_does_not_end_it_for_the_others(
+    committed_rules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    real = snapshot.build_ruleset
+
+    def small_build(previous: Any = None, **options: Any) -> Any:
+        options["sizing"](1)
+        release.wait(30)
+        return real(previous, **options)
+
+    monkeypatch.setattr(snapshot, "build_ruleset", small_build)
+    monkeypatch.setattr(snapshot, "WAIT_FOR_BUILD_SECONDS", 0)
+    import_fixture(document=rules("new"))
+
+    async def replies() -> list[str]:
+        leaving = asyncio.ensure_future(snapshot.current_ruleset())
+        staying = asyncio.ensure_future(snapshot.current_ruleset())
+        await asyncio.sleep(0.05)  # both wait for the build
+        leaving.cancel()  # its client left
+        await asyncio.sleep(0.05)
+        release.set()
+        return [rule.name for rule in (await asyncio.wait_for(staying, 30)).rules]
+
+    assert asyncio.run(replies()) == ["new"]
+    assert [rule.name for rule in active_ruleset().rules] == ["new"]  # installed
 
 
 def test_a_reply_waits_for_a_build_that_ends_within_the_wait(
