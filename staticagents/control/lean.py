@@ -47,7 +47,7 @@ from staticagents.control.views import (
     replace_rules,
     script_document,
 )
-from staticagents.document.files import MAX_FIXTURE_BYTES, load_fixture
+from staticagents.document.terms import MAX_FIXTURE_BYTES
 from staticagents.models import ControlToken, JournalEntry
 from staticagents.replying.background import background_work
 from staticagents.replying.journal import NotOnLoop, Prepared, Statements, journal
@@ -225,6 +225,9 @@ def _fixture(
         if result is None:
             if on_loop or len(body) > MAX_FIXTURE_BYTES:
                 return None  # the thread replaces; the view names a body past the limit
+            # The fixture files' module (YAML, pydantic) loads with the first fixture read.
+            from staticagents.document.files import load_fixture
+
             with background_work():
                 try:
                     document = load_fixture(body, source="request body")

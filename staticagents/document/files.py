@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from staticagents.core.storable import HugeNumber, Trail, parse_json_int, path_of
 from staticagents.document import schema
-from staticagents.document.schema import DocumentInvalid, FieldError
+from staticagents.document.terms import MAX_FIXTURE_BYTES, DocumentInvalid, FieldError
 
 SafeLoader: Any
 SafeDumper: Any
@@ -38,8 +38,6 @@ def _construct_int(loader: Any, node: yaml.ScalarNode) -> Any:
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
-# A 10,000-rule fixture is about 3 MB; larger files are refused before parsing.
-MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 # Far more than a 10,000-rule fixture needs, far less than a YAML bomb expands to.
 MAX_EXPANDED_NODES = 5_000_000
 

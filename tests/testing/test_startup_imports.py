@@ -88,6 +88,10 @@ HEAVY = (
     "websockets",
     "importlib.metadata",  # websockets' and the version's (`--version`, the front door)
     "watchfiles",  # uvicorn's --reload
+    "pydantic",  # the fixture schema's models: at the first validation (document.terms)
+    "staticagents.document.schema",
+    "staticagents.document.files",  # the fixture files: at the first fixture read or write
+    "yaml",  # theirs, and DRF's compat's (its own OpenAPI renderer)
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -119,11 +123,16 @@ def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driv
             socket.send('{"query": "hello"}')
             while json.loads(socket.recv(timeout=30))["type"] != "done":
                 pass
+        # The schema and the fixture files, once a script is validated and a fixture read.
+        kit = server.client(session="later")
+        kit.replies("scripted")
+        kit.install({"rules": [{"match": {"query": "x"}, "response": {"content": "y"}}]})
         later = server.loaded_modules()
     assert {"drf_spectacular.views", "staticagents.control.schema", "staticagents.admin"} <= later
     assert {"staticagents.dialects.anthropic.routes", "staticagents.dialects.adk.routes"} <= later
     assert {"staticagents.dialects.websocket.consumer", "staticagents.control.live"} <= later
     assert {"staticagents.serving.websocket_protocol", "websockets"} <= later
+    assert {"pydantic", "staticagents.document.schema", "staticagents.document.files"} <= later
 
 
 def test_the_admins_checks_discover_its_modules_that_start_up_leaves_out() -> None:
