@@ -93,6 +93,10 @@ HEAVY = (
     "staticagents.document.files",  # the fixture files: at the first fixture read or write
     "yaml",  # theirs, and DRF's compat's (its own OpenAPI renderer)
     "regex",  # the timed engine, for a rule's pattern RE2 cannot run (core.regexes)
+    "staticagents.proxying",  # the upstreams' client: for a proxied agent type
+    "staticagents.replying.proxied",
+    "staticagents.dialects.llm.forward",
+    "staticagents.document.diff",  # the versions' differences: their pages only
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
