@@ -191,9 +191,9 @@ def _script(scope: MutableMapping[str, Any], body: bytes, on_loop: bool) -> dict
         b"application/json"
     ):
         return None  # the parser decides
-    if on_loop and "staticagents.document.files" not in sys.modules:
-        # The first script is read on the control thread: reading it imports the fixture
-        # files and schema (YAML, pydantic: 60 ms), which must not hold the event loop.
+    if on_loop and "staticagents.document.schema" not in sys.modules:
+        # The first script is read on the control thread: validating it imports the
+        # fixture schema (pydantic: 60 ms), which must not hold the event loop.
         return None
     try:
         return script_document(JSONBodyParser().parse(io.BytesIO(body)))

@@ -45,7 +45,7 @@ from staticagents.conf import settings
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
 from staticagents.core.numbers import is_ascii_number
-from staticagents.core.storable import NUL_PROBLEM, nul_in_json
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json, repeated_json_keys
 from staticagents.document.terms import MAX_FIXTURE_BYTES, DocumentInvalid, FieldError
 from staticagents.models import (
     ControlToken,
@@ -163,14 +163,14 @@ class JSONBodyParser(JSONParser):
         where = nul_in_json(raw, payload)
         if where is not None:
             raise ParseError(f"{where}: {NUL_PROBLEM}")
-        from staticagents.document.files import json_duplicates
-
         try:
-            duplicates = json_duplicates(raw)
+            repeated = repeated_json_keys(raw)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
-        if duplicates:
-            raise DocumentInvalid(duplicates, "request body")
+        if repeated:  # found again, with paths and lines, by the fixture files' YAML reader
+            from staticagents.document.files import json_duplicates
+
+            raise DocumentInvalid(json_duplicates(raw), "request body")
         return payload
 
 

@@ -307,12 +307,15 @@ def test_the_first_script_is_read_on_the_thread_which_imports_the_fixture_schema
 ) -> None:
     import sys
 
-    # As in a service that has read no document yet (its start imports neither).
-    monkeypatch.delitem(sys.modules, "staticagents.document.files")
+    import staticagents.document
+
+    # As in a service that has validated nothing yet (its start does not import the schema).
+    monkeypatch.delitem(sys.modules, "staticagents.document.schema")
+    monkeypatch.delattr(staticagents.document, "schema")
     put = scope("PUT", "/control/sessions/mine", body=SCRIPT, authorization=TOKEN)
     assert on_loop(put, SCRIPT) is None  # the loop is not held by the import
     assert lean_response(put, SCRIPT) is not None  # the thread reads it
-    assert "staticagents.document.files" in sys.modules
+    assert "staticagents.document.schema" in sys.modules
     assert on_loop(put, SCRIPT) is not None  # and the loop reads the next ones
 
 
