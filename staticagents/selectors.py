@@ -19,9 +19,9 @@ from django.db.models import Count, Max, QuerySet, Value
 from django.db.models.functions import StrIndex
 
 from staticagents.core.reach import Shadow, shadowed_rules
+from staticagents.document.terms import RESPONSE_KEYS
 from staticagents.models import (
     DOCUMENT_FIELDS,
-    RESPONSE_KEYS,
     AgentMode,
     ControlToken,
     Defaults,
