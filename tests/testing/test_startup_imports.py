@@ -116,6 +116,15 @@ def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driv
         assert {"staticagents.asgi", "staticagents.control.views", "rest_framework.views"} <= first
         assert loaded(first, HEAVY) == []
 
+        # The schema and the fixture files, once a script is validated and a fixture read.
+        kit = server.client(session="later")
+        kit.replies("scripted")
+        scripted = server.loaded_modules()  # validated (the schema), with no YAML read
+        assert "staticagents.document.schema" in scripted and "yaml" not in scripted
+        kit.install({"rules": [{"match": {"query": "(?<=x)y"}, "response": {"content": "z"}}]})
+        installed = server.loaded_modules()  # its snapshot: a lookbehind takes the timed engine
+        assert {"staticagents.document.files", "regex"} <= installed
+
         # Each is there once asked for: the schema (its descriptions included) and the admin.
         schema = httpx.get(f"{server.url}/api/schema/").raise_for_status().text
         assert "ControlErrors" in schema and "/api/ai/agents/query" in schema
@@ -128,17 +137,12 @@ def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driv
             socket.send('{"query": "hello"}')
             while json.loads(socket.recv(timeout=30))["type"] != "done":
                 pass
-        # The schema and the fixture files, once a script is validated and a fixture read.
-        kit = server.client(session="later")
-        kit.replies("scripted")
-        kit.install({"rules": [{"match": {"query": "(?<=x)y"}, "response": {"content": "z"}}]})
         later = server.loaded_modules()
     assert {"drf_spectacular.views", "staticagents.control.schema", "staticagents.admin"} <= later
     assert {"staticagents.dialects.anthropic.routes", "staticagents.dialects.adk.routes"} <= later
     assert {"staticagents.dialects.websocket.consumer", "staticagents.control.live"} <= later
     assert {"staticagents.serving.websocket_protocol", "websockets"} <= later
     assert {"pydantic", "staticagents.document.schema", "staticagents.document.files"} <= later
-    assert "regex" in later  # the lookbehind
 
 
 def test_the_admins_checks_discover_its_modules_that_start_up_leaves_out() -> None:
