@@ -17,7 +17,7 @@ from django.contrib.admin.widgets import AdminTextareaWidget
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 
-from staticagents.document.schema import ACTION_PARAMETERS, CONFIDENCES
+from staticagents.document.terms import ACTION_PARAMETERS, CONFIDENCES
 
 COMPACT_JSON_WIDTH = 60
 EDIT_CSS = "staticagents/edit.css"

@@ -13,7 +13,7 @@ from django.core import signing
 from django.core.exceptions import ValidationError
 
 from staticagents.document.files import load_fixture
-from staticagents.document.schema import DocumentInvalid
+from staticagents.document.terms import DocumentInvalid
 from staticagents.fields import literals_field, suggestions_field, tool_calls_field
 from staticagents.models import Rule
 

@@ -3,6 +3,8 @@
 Columns mirror the fixture format (DESIGN section 2) one to one, so a rule can be
 edited field by field in the admin. Each model's ``clean()`` validates through
 the same schema as the YAML import (``staticagents.document.schema``): one gate per rule.
+That schema (pydantic) is imported by the ``clean()`` that validates, not with the models:
+the service starts without it (``document.terms``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,20 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from staticagents.document import schema
+from staticagents.document.terms import (
+    CONFIDENCES,
+    DIALECTS,
+    FINISH_REASONS,
+    MODES,
+    RESPONSE_KEYS,
+    UPSTREAM_DIALECTS,
+    DocumentInvalid,
+    recorded_time,
+)
 
-CONFIDENCE_CHOICES = [(c, c) for c in schema.CONFIDENCES]
-FINISH_CHOICES = [(f, f) for f in schema.FINISH_REASONS]
-DIALECT_CHOICES = [(d, d) for d in schema.DIALECTS]
+CONFIDENCE_CHOICES = [(c, c) for c in CONFIDENCES]
+FINISH_CHOICES = [(f, f) for f in FINISH_REASONS]
+DIALECT_CHOICES = [(d, d) for d in DIALECTS]
 EXHAUSTED_CHOICES = [("repeat_last", "repeat the last reply"), ("error", "fail: script exhausted")]
 MATCH_KEYS = (
     "agent_type",
@@ -37,13 +48,12 @@ MATCH_KEYS = (
     "tool_result",
 )
 MATCH_FIELDS = tuple(f"match_{key}" for key in MATCH_KEYS)
-RESPONSE_KEYS = tuple(schema.ResponseSpec.model_fields)
 RECORDED_FIELDS = ("recorded_upstream", "recorded_at", "recorded_reviewed")
 # The rule's own fields its document is made of (``Rule.document_of``).
 DOCUMENT_FIELDS = ("name", "enabled", "on_exhausted", *MATCH_FIELDS, *RECORDED_FIELDS)
 
 
-def raise_for_document(exc: schema.DocumentInvalid, field_prefix: str = "") -> None:
+def raise_for_document(exc: DocumentInvalid, field_prefix: str = "") -> None:
     """Turn schema errors into a Django ValidationError keyed by model field."""
     by_field: dict[str, list[ValidationError]] = {}
     for error in exc.errors:
@@ -117,9 +127,11 @@ class ResponseFields(models.Model):
         return {key: doc[key] for key in RESPONSE_KEYS if key in doc}
 
     def clean(self) -> None:
+        from staticagents.document import schema
+
         try:
             schema.validate_part(schema.ResponseSpec, self.document())
-        except schema.DocumentInvalid as exc:
+        except DocumentInvalid as exc:
             raise_for_document(exc)
 
 
@@ -234,15 +246,17 @@ class Rule(models.Model):
         if values["recorded_upstream"] is not None:
             doc["recorded"] = {
                 "upstream": values["recorded_upstream"],
-                "at": schema.recorded_time(values["recorded_at"]),
+                "at": recorded_time(values["recorded_at"]),
                 "reviewed": values["recorded_reviewed"],
             }
         return doc
 
     def clean(self) -> None:
+        from staticagents.document import schema
+
         try:
             schema.validate_part(schema.MatchSpec, self.match_document())
-        except schema.DocumentInvalid as exc:
+        except DocumentInvalid as exc:
             raise_for_document(exc, field_prefix="match_")
 
 
@@ -296,9 +310,11 @@ class Defaults(models.Model):
         return {k: v for k in keys if (v := getattr(self, k)) is not None}
 
     def clean(self) -> None:
+        from staticagents.document import schema
+
         try:
             schema.validate_part(schema.DefaultsSpec, self.document())
-        except schema.DocumentInvalid as exc:
+        except DocumentInvalid as exc:
             raise_for_document(exc)
 
 
@@ -489,7 +505,7 @@ class JournalEntry(models.Model):
 class Upstream(models.Model):
     """A real model endpoint (the fixture's ``upstreams``); its key stays in the environment."""
 
-    DIALECTS: ClassVar = [(d, d) for d in schema.UPSTREAM_DIALECTS]
+    DIALECTS: ClassVar = [(d, d) for d in UPSTREAM_DIALECTS]
 
     position = models.PositiveIntegerField(default=0)
     name = models.SlugField(max_length=200, unique=True)
@@ -533,9 +549,11 @@ class Upstream(models.Model):
         return {k: v for k, v in doc.items() if v is not None and v is not False}
 
     def clean(self) -> None:
+        from staticagents.document import schema
+
         try:
             schema.validate_part(schema.UpstreamSpec, self.document())
-        except schema.DocumentInvalid as exc:
+        except DocumentInvalid as exc:
             raise_for_document(exc)
         upstreams = [u.document() for u in Upstream.objects.exclude(pk=self.pk)]
         check_modes([*upstreams, self.document()], list(AgentMode.objects.all()))
@@ -545,7 +563,7 @@ class AgentMode(models.Model):
     """How an agent type is answered (the fixture's ``modes``); a blank agent type is the
     default for every type not listed."""
 
-    MODES: ClassVar = [(m, m) for m in schema.MODES]
+    MODES: ClassVar = [(m, m) for m in MODES]
 
     agent_type = models.CharField(
         max_length=200, unique=True, blank=True, help_text="Blank: the default for every type"
@@ -590,7 +608,9 @@ class AgentMode(models.Model):
 
 def check_modes(upstreams: list[dict[str, Any]], modes: list[AgentMode]) -> None:
     """Every mode can tell its upstream (a ValidationError naming each one that cannot)."""
-    problems = schema.mode_problems(upstreams, AgentMode.modes_document(modes))
+    from staticagents.document.schema import mode_problems
+
+    problems = mode_problems(upstreams, AgentMode.modes_document(modes))
     if problems:
         raise ValidationError([f"{p.path}: {p.message}" for p in problems], code="modes")
 

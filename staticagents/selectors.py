@@ -12,17 +12,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 from django.db.models import Count, Max, QuerySet, Value
 from django.db.models.functions import StrIndex
 
 from staticagents.core.reach import Shadow, shadowed_rules
-from staticagents.document.diff import EMPTY_DOCUMENT, DocumentDiff, diff_documents
+from staticagents.document.terms import RESPONSE_KEYS
 from staticagents.models import (
     DOCUMENT_FIELDS,
-    RESPONSE_KEYS,
     AgentMode,
     ControlToken,
     Defaults,
@@ -34,6 +33,9 @@ from staticagents.models import (
     SessionScript,
     Upstream,
 )
+
+if TYPE_CHECKING:
+    from staticagents.document.diff import DocumentDiff
 
 
 @contextmanager
@@ -253,6 +255,10 @@ def version_changes(version: RulesetVersion) -> tuple[int | None, DocumentDiff |
     """What ``version`` changed: the number of the version it is compared with and the
     difference; version 1 is compared with an empty ruleset (number 0), and a version whose
     predecessor is no longer kept with nothing (``None, None``)."""
+    # Imported here: only the versions' pages compare documents, and the service's start
+    # does without it (bench/README.md, the testing kit, step 23).
+    from staticagents.document.diff import EMPTY_DOCUMENT, diff_documents
+
     before = RulesetVersion.objects.filter(number__lt=version.number).order_by("-number").first()
     if before is not None:
         return before.number, diff_documents(before.document(), version.document())

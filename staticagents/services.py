@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
-from staticagents.document.schema import DocumentInvalid, FieldError, name_rules, validate_document
+from staticagents.document.terms import DocumentInvalid, FieldError
 from staticagents.models import (
     AgentMode,
     ControlToken,
@@ -189,6 +189,9 @@ def restore_version(*, number: int, by: str = COMMAND) -> int | None:
     version = ruleset_version(number)
     if version is None:
         raise RulesetVersion.DoesNotExist(f"no version {number} is kept")
+    # The schema's models load at their first use, not with the service (document.terms).
+    from staticagents.document.schema import validate_document
+
     # Validated again: the schema may have grown stricter since the version was kept. A
     # document without upstreams is a ruleset that had none (an import would keep them).
     document = validate_document({"upstreams": [], "modes": {}, **version.document()})
@@ -681,6 +684,8 @@ def create_rule(*, document: dict[str, Any], place: str = "auto", by: str = COMM
         if "name" in document and document["name"] in names:
             raise _duplicate_name(document["name"])
         if "name" not in document:
+            from staticagents.document.schema import name_rules  # see restore_version
+
             name_rules([*({"name": n} for n in names), document])
         index = _place_index(place, document.get("match") or {})
         written = _create_rules([document], start=_next_position())

@@ -28,7 +28,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from staticagents.document.schema import ACTION_PARAMETERS, CONFIDENCES, FINISH_REASONS
+from staticagents.document.terms import ACTION_PARAMETERS, CONFIDENCES, FINISH_REASONS
 from tests.conftest import CONTROL_TOKEN
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")

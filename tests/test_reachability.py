@@ -14,7 +14,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from staticagents.document.files import load_fixture
-from staticagents.document.schema import DocumentInvalid, RuleSpec, validate_part
+from staticagents.document.schema import RuleSpec, validate_part
+from staticagents.document.terms import DocumentInvalid
 from staticagents.models import Rule
 from staticagents.services import create_rule, import_fixture, merged_order
 

@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString
 
 from staticagents.admin.views import curator
 from staticagents.document.diff import DocumentDiff, FieldChange, diff_documents
-from staticagents.document.schema import DocumentInvalid
+from staticagents.document.terms import DocumentInvalid
 from staticagents.models import RulesetVersion
 from staticagents.selectors import export_document, ruleset_version, version_changes
 from staticagents.services import restore_version

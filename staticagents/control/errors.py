@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import set_rollback
 
-from staticagents.document.schema import DocumentInvalid
+from staticagents.document.terms import DocumentInvalid
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import re
 import secrets
+import sys
 from collections.abc import Callable, MutableMapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -47,7 +48,7 @@ from staticagents.control.views import (
     replace_rules,
     script_document,
 )
-from staticagents.document.files import MAX_FIXTURE_BYTES, load_fixture
+from staticagents.document.terms import MAX_FIXTURE_BYTES
 from staticagents.models import ControlToken, JournalEntry
 from staticagents.replying.background import background_work
 from staticagents.replying.journal import NotOnLoop, Prepared, Statements, journal
@@ -139,7 +140,7 @@ def lean_call(
             if body or scope.get("query_string"):
                 return None
             return _resetting(token, SessionReset(key), most)
-        script = _script(scope, body)
+        script = _script(scope, body, on_loop)
         return None if script is None else _resetting(token, SessionReset(key, script), most)
     if method == "PUT" and FIXTURE_PATH.match(path):
         return _fixture(scope, body, token, most, on_loop)
@@ -185,11 +186,15 @@ def _resetting(token: str, reset: SessionReset, most: int | None) -> LeanCall:
     return LeanCall(job, "GET, PUT, DELETE", write=True, reset=reset)
 
 
-def _script(scope: MutableMapping[str, Any], body: bytes) -> dict[str, Any] | None:
+def _script(scope: MutableMapping[str, Any], body: bytes, on_loop: bool) -> dict[str, Any] | None:
     if scope.get("query_string") or dict(scope["headers"]).get(b"content-type") != (
         b"application/json"
     ):
         return None  # the parser decides
+    if on_loop and "staticagents.document.schema" not in sys.modules:
+        # The first script is read on the control thread: validating it imports the
+        # fixture schema (pydantic: 60 ms), which must not hold the event loop.
+        return None
     try:
         return script_document(JSONBodyParser().parse(io.BytesIO(body)))
     except Exception:
@@ -225,6 +230,9 @@ def _fixture(
         if result is None:
             if on_loop or len(body) > MAX_FIXTURE_BYTES:
                 return None  # the thread replaces; the view names a body past the limit
+            # The fixture files' module (YAML, pydantic) loads with the first fixture read.
+            from staticagents.document.files import load_fixture
+
             with background_work():
                 try:
                     document = load_fixture(body, source="request body")

@@ -9,6 +9,10 @@ each method needs (``needs``: ``view_*`` to read, ``add_*``/``change_*``/``delet
 to write), and a session without them gets 403. Rules travel in fixture form and
 pass the same schema as a YAML import; every error has the shape
 ``{"errors": [{path, message, code}]}``.
+
+The fixture schema and the fixture files (pydantic, YAML) are imported by the views
+that read or write a document, at their first request: the service's first control
+call, which reads the counters, needs neither (``document.terms``).
 """
 
 from __future__ import annotations
@@ -41,15 +45,8 @@ from staticagents.conf import settings
 from staticagents.core.inquiry import DIALECTS, Inquiry
 from staticagents.core.matching import explain_inquiry
 from staticagents.core.numbers import is_ascii_number
-from staticagents.core.storable import NUL_PROBLEM, nul_in_json
-from staticagents.document import schema
-from staticagents.document.files import (
-    MAX_FIXTURE_BYTES,
-    dump_fixture,
-    json_duplicates,
-    load_fixture,
-)
-from staticagents.document.schema import DocumentInvalid, FieldError
+from staticagents.core.storable import NUL_PROBLEM, nul_in_json, repeated_json_keys
+from staticagents.document.terms import MAX_FIXTURE_BYTES, DocumentInvalid, FieldError
 from staticagents.models import (
     ControlToken,
     JournalEntry,
@@ -167,11 +164,13 @@ class JSONBodyParser(JSONParser):
         if where is not None:
             raise ParseError(f"{where}: {NUL_PROBLEM}")
         try:
-            duplicates = json_duplicates(raw)
+            repeated = repeated_json_keys(raw)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
-        if duplicates:
-            raise DocumentInvalid(duplicates, "request body")
+        if repeated:  # found again, with paths and lines, by the fixture files' YAML reader
+            from staticagents.document.files import json_duplicates
+
+            raise DocumentInvalid(json_duplicates(raw), "request body")
         return payload
 
 
@@ -220,6 +219,8 @@ def session_param(request: Request) -> str | None:
 
 def rule_document(data: Any) -> dict[str, Any]:
     """A rule in fixture form, validated exactly as a rule of an imported fixture."""
+    from staticagents.document import schema
+
     return schema.validate_part(schema.RuleSpec, data)
 
 
@@ -347,6 +348,8 @@ class DefaultsView(ControlView):
         return self._store(request, merge_patch(stored_document()["defaults"], request.data))
 
     def _store(self, request: Request, data: Any) -> Response:
+        from staticagents.document import schema
+
         document = schema.validate_part(schema.DefaultsSpec, data, "defaults")
         set_defaults(document=document, by=writer(request))
         return Response(stored_document()["defaults"])
@@ -374,6 +377,8 @@ class FixtureView(ControlView):
         document = export_document()
         if _wants_json(request):
             return Response(document)
+        from staticagents.document.files import dump_fixture
+
         return HttpResponse(dump_fixture(document), content_type="application/yaml; charset=utf-8")
 
     def put(self, request: Request) -> Response:
@@ -390,6 +395,8 @@ class FixtureView(ControlView):
         replacing = not (merge or dry_run)
         result = last_replace.unchanged(body) if replacing else None
         if result is None:
+            from staticagents.document.files import load_fixture
+
             with background_work():
                 document = load_fixture(body, source="request body")
                 if "upstreams" in document:
@@ -489,6 +496,8 @@ class YAMLRenderer(BaseRenderer):
     def render(
         self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
     ) -> bytes:
+        from staticagents.document.files import dump_fixture
+
         return dump_fixture(data).encode()
 
 
@@ -626,6 +635,8 @@ class UpstreamsView(ControlView):
         return Response({"upstreams": upstreams, "modes": modes})
 
     def put(self, request: Request) -> Response:
+        from staticagents.document import schema
+
         upstreams, modes = schema.validate_upstreams(request.data)
         set_upstreams(upstreams=upstreams, modes=modes, by=writer(request))
         return self.get(request)
@@ -747,6 +758,8 @@ def script_document(data: Any) -> dict[str, Any]:
         raise DocumentInvalid(unknown)
     if "responses" not in data:
         raise DocumentInvalid([FieldError("responses", "a script needs responses", "required")])
+    from staticagents.document import schema
+
     return schema.validate_part(schema.RuleSpec, {"name": SessionScript.RULE_NAME, **data})
 
 

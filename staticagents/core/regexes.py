@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import re2
-import regex
 from re2 import _re2  # the binding itself: re2.compile's Python layer costs 8x the search
 
 from staticagents.core.charclasses import MAX_CODE, Ranges, char_ranges, parsed_pattern
@@ -134,6 +133,9 @@ class Searcher:
         """The ``regex`` module's compilation, or None when it cannot compile the pattern
         (then a text RE2 cannot read fails closed)."""
         if self._timed is _NOT_YET:
+            # Imported here: most services never need it, and it cost their start 6 ms.
+            import regex
+
             try:
                 self._timed = regex.compile(self.pattern, regex.VERSION0)
             except (regex.error, RecursionError, OverflowError):

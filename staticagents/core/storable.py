@@ -8,6 +8,7 @@ request up front, naming where the character is, instead of a 500 later.
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from typing import Any
 
@@ -67,6 +68,27 @@ class HugeNumber(str):
 def parse_json_int(text: str) -> int | HugeNumber:
     """``json.loads``'s ``parse_int`` that never raises: a huge literal is kept as a marker."""
     return int(text) if len(text) <= 40 else HugeNumber(text)
+
+
+def repeated_json_keys(text: str | bytes) -> list[str]:
+    """The keys given twice in one object of ``text`` (valid JSON), in the order met."""
+    repeated: list[str] = []
+    json.loads(text, parse_int=parse_json_int, object_pairs_hook=noting_repeats(repeated))
+    return repeated
+
+
+def noting_repeats(repeated: list[str]) -> Any:
+    """A ``json.loads`` ``object_pairs_hook`` that notes keys given twice in one object."""
+
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
+                repeated.append(key)
+            found[key] = value
+        return found
+
+    return pairs_to_dict
 
 
 # Where a value sits, kept cheap: (the parent's trail, key or index); None at the top.

@@ -13,9 +13,16 @@ from typing import Any
 import yaml
 from pydantic import Field, field_validator
 
-from staticagents.core.storable import HugeNumber, Trail, parse_json_int, path_of
+from staticagents.core.storable import (
+    HugeNumber,
+    Trail,
+    noting_repeats,
+    parse_json_int,
+    path_of,
+    repeated_json_keys,
+)
 from staticagents.document import schema
-from staticagents.document.schema import DocumentInvalid, FieldError
+from staticagents.document.terms import MAX_FIXTURE_BYTES, DocumentInvalid, FieldError
 
 SafeLoader: Any
 SafeDumper: Any
@@ -38,8 +45,6 @@ def _construct_int(loader: Any, node: yaml.ScalarNode) -> Any:
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
-# A 10,000-rule fixture is about 3 MB; larger files are refused before parsing.
-MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 # Far more than a 10,000-rule fixture needs, far less than a YAML bomb expands to.
 MAX_EXPANDED_NODES = 5_000_000
 
@@ -214,7 +219,7 @@ def _parse(text: str, source: str) -> tuple[Any, list[FieldError]]:
         repeated: list[str] = []
         try:
             parsed = json.loads(
-                text, parse_int=parse_json_int, object_pairs_hook=_noting_repeats(repeated)
+                text, parse_int=parse_json_int, object_pairs_hook=noting_repeats(repeated)
             )
             return parsed, _json_duplicates(text, repeated)
         except json.JSONDecodeError as exc:
@@ -292,25 +297,10 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, text: str) -> str:
     return str(exc.problem or exc.context)
 
 
-def _noting_repeats(repeated: list[str]) -> Any:
-    """A ``json.loads`` ``object_pairs_hook`` that notes keys given twice in one object."""
-
-    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in found:
-                repeated.append(key)
-            found[key] = value
-        return found
-
-    return pairs_to_dict
-
-
 def json_duplicates(text: str | bytes) -> list[FieldError]:
     """The keys given twice in one object of ``text``, valid JSON (a request body), each
     with its path and line, as a fixture's are reported."""
-    repeated: list[str] = []
-    json.loads(text, parse_int=parse_json_int, object_pairs_hook=_noting_repeats(repeated))
+    repeated = repeated_json_keys(text)
     return _json_duplicates(text if isinstance(text, str) else text.decode(), repeated)
 
 

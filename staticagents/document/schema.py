@@ -10,8 +10,6 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
@@ -31,58 +29,23 @@ from staticagents.core.embeddings import FLOAT32_MAX, MAX_DIMENSIONS, TEXT_WINDO
 from staticagents.core.inquiry import is_credential_name
 from staticagents.core.regexes import MAX_EXPANDED, expanded_size
 from staticagents.core.storable import HugeNumber, storable_problems
+from staticagents.document.terms import (
+    ACTION_PARAMETERS,
+    Dialect,
+    DocumentInvalid,
+    FieldError,
+    Mode,
+    recorded_time,
+    shown,
+)
 
 SLUG = re.compile(r"^[-a-zA-Z0-9_]+$")
-Dialect = Literal[
-    "galaxy", "openai", "anthropic", "adk", "websocket", "gemini", "embeddings", "responses"
-]
-DIALECTS: tuple[str, ...] = get_args(Dialect)
-CONFIDENCES = ("low", "medium", "high")
-FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
-ACTION_PARAMETERS = {
-    "tool_run": "tool_id",
-    "save_tool": "tool_yaml",
-    "view_external": "url",
-    "workflow_import": "trs_id",
-    "documentation": None,
-    "contact_support": None,
-    "refine_query": None,
-}
 # Counts stored in an integer column (PositiveIntegerField: 32 bits on PostgreSQL).
 COLUMN_INT_MAX = INT32_MAX = 2**31 - 1
 # Integers sent as they are (usage, seeds, priorities): what a signed 64-bit field holds.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # A Retry-After beyond a day is a typo, not a test.
 RETRY_AFTER_MAX = 86_400.0
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One problem in a document: where it is and what is wrong."""
-
-    path: str
-    message: str
-    code: str = "invalid"
-    line: int | None = None
-
-    def format(self, source: str | None = None) -> str:
-        where = source or ""
-        if self.line is not None:
-            where = f"{where}:{self.line}" if where else f"line {self.line}"
-        prefix = f"{where}: " if where else ""
-        return f"{prefix}{self.path}: {self.message}" if self.path else f"{prefix}{self.message}"
-
-
-class DocumentInvalid(Exception):
-    """A document failed validation; ``errors`` names every problem found."""
-
-    def __init__(self, errors: list[FieldError], source: str | None = None) -> None:
-        self.errors = errors
-        self.source = source
-        super().__init__("\n".join(self.lines()))
-
-    def lines(self) -> list[str]:
-        return [error.format(self.source) for error in self.errors]
 
 
 def check_regex(pattern: str) -> str:
@@ -296,23 +259,6 @@ class MatchSpec(Strict):
         raise ValueError("must be true, false or a regex on the tool result's text")
 
 
-def recorded_time(value: Any) -> str:
-    """When a rule was recorded, as stored and exported: ISO 8601 in UTC, to the second."""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValueError(
-                f"must be an ISO 8601 time such as 2026-01-31T09:30:00Z (got {_show(value)})"
-            ) from None
-    if not isinstance(value, datetime):
-        raise ValueError(f"must be an ISO 8601 time (got {type(value).__name__})")
-    if value.tzinfo is None:
-        raise ValueError("must give its time zone (e.g. a final Z for UTC)")
-    at = value.astimezone(UTC).replace(microsecond=0, tzinfo=None)
-    return f"{at.isoformat()}Z"
-
-
 class RecordedSpec(Strict):
     """Where a recorded rule came from (``staticagents.recording``), and whether a curator
     has reviewed it since."""
@@ -353,9 +299,6 @@ class DefaultsSpec(Strict):
 
 # -- real models beside static ones ---------------------------------------------------
 
-Mode = Literal["static", "proxy", "record", "record_on_miss"]
-MODES: tuple[str, ...] = get_args(Mode)
-UPSTREAM_DIALECTS = ("openai", "anthropic")
 # An environment variable's name as shells write them; a key (mixed case, dashes) is none.
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 UPSTREAM_TIMEOUT_MAX = 600.0
@@ -661,7 +604,7 @@ def _message(item: Any) -> str:
     for lead in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(lead)
     if kind.endswith("_type") or kind in ("literal_error", "model_type", "dict_type"):
-        message = f"{message} (got {type(item['input']).__name__} {_show(item['input'])})"
+        message = f"{message} (got {type(item['input']).__name__} {shown(item['input'])})"
     return message
 
 
@@ -675,8 +618,3 @@ def _code(kind: str) -> str:
     if kind.endswith("_type") or kind in ("model_type", "literal_error"):
         return "type"
     return "invalid"
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -15,7 +15,7 @@ from staticagents.core.credentials import REDACTED, redact
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.literals import escaped
 from staticagents.core.timing import chunk_text
-from staticagents.document.schema import recorded_time
+from staticagents.document.terms import recorded_time
 from staticagents.proxying.wire import ANTHROPIC_FINISH, OPENAI_FINISH, REPLY_FINISH_REASONS
 
 # The upstreams' finish reasons (OpenAI's and Anthropic's words) in the fixture's words.

@@ -15,7 +15,7 @@ import sqlite3
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import F, QuerySet
@@ -34,11 +34,12 @@ from staticagents.core.replies import Reply, Step, build_reply
 from staticagents.core.routing import RECORD_ON_MISS, Target
 from staticagents.core.values import value_class
 from staticagents.models import SessionCounter
-from staticagents.proxying.record import arecord, record
 from staticagents.replying.database import ConnectionThreads, connect_sqlite, sqlite_file
 from staticagents.replying.journal import Job, journal
-from staticagents.replying.proxied import Proxied, aproxied_reply, proxied_reply
 from staticagents.replying.snapshot import active_ruleset, current_ruleset
+
+if TYPE_CHECKING:
+    from staticagents.replying.proxied import Proxied
 
 SEQUENCE_KEY = "seq"
 CHAOS_KEY = "chaos"
@@ -141,6 +142,11 @@ def proxy_target(ruleset: Ruleset, inquiry: Inquiry) -> Target | None:
 def _proxy(
     inquiry: Inquiry, target: Target, *, route: str, body: bytes | str, started: float
 ) -> Answer:
+    # Imported here: a service whose agent types are all static never loads the upstreams'
+    # client (bench/README.md, the testing kit, step 23).
+    from staticagents.proxying.record import record
+    from staticagents.replying.proxied import proxied_reply
+
     proxied = proxied_reply(inquiry, target)
     if proxied.relayed is not None and target.records:
         record(target.upstream, inquiry, proxied.relayed)
@@ -159,6 +165,9 @@ async def _aproxy(
     started: float,
     then: Callable[[Reply], Job | None] | None = None,
 ) -> Answer:
+    from staticagents.proxying.record import arecord  # as in _proxy
+    from staticagents.replying.proxied import aproxied_reply
+
     proxied = await aproxied_reply(inquiry, target)
     # Recorded before the reply is sent: a replay right after it finds the rule.
     if proxied.relayed is not None and target.records:

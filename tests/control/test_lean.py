@@ -302,6 +302,23 @@ def test_the_same_fixture_again_on_the_loop_is_the_views_own(loop_hop: Any) -> N
     assert JournalEntry.objects.filter(session="mine").exists()  # nothing done
 
 
+def test_the_first_script_is_read_on_the_thread_which_imports_the_fixture_schema(
+    loop_hop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    import staticagents.document
+
+    # As in a service that has validated nothing yet (its start does not import the schema).
+    monkeypatch.delitem(sys.modules, "staticagents.document.schema")
+    monkeypatch.delattr(staticagents.document, "schema")
+    put = scope("PUT", "/control/sessions/mine", body=SCRIPT, authorization=TOKEN)
+    assert on_loop(put, SCRIPT) is None  # the loop is not held by the import
+    assert lean_response(put, SCRIPT) is not None  # the thread reads it
+    assert "staticagents.document.schema" in sys.modules
+    assert on_loop(put, SCRIPT) is not None  # and the loop reads the next ones
+
+
 def test_a_stored_token_is_read_on_the_loop(loop_hop: Any, settings: Any) -> None:
     from staticagents.services import rotate_control_token
 

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from staticagents.document.files import dump_fixture, load_fixture
-from staticagents.document.schema import DocumentInvalid
+from staticagents.document.terms import DocumentInvalid
 from staticagents.models import Fallback, Rule, RulesetState
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import export_document

@@ -11,7 +11,7 @@ from staticagents.core import routing
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.routing import compile_routing
 from staticagents.document.files import dump_fixture, load_fixture
-from staticagents.document.schema import DocumentInvalid
+from staticagents.document.terms import DocumentInvalid
 from staticagents.models import AgentMode, Upstream
 from staticagents.proxying.client import failure_of
 from staticagents.proxying.wire import StreamReader, translated_request

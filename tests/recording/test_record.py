@@ -14,7 +14,7 @@ from django.test import Client
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.document.files import dump_fixture, load_fixture
-from staticagents.document.schema import DocumentInvalid
+from staticagents.document.terms import DocumentInvalid
 from staticagents.models import Rule, RulesetState
 from staticagents.recording import Exchange, RecordedReply, record_exchange
 from staticagents.selectors import export_document, stored_rule

@@ -88,6 +88,15 @@ HEAVY = (
     "websockets",
     "importlib.metadata",  # websockets' and the version's (`--version`, the front door)
     "watchfiles",  # uvicorn's --reload
+    "pydantic",  # the fixture schema's models: at the first validation (document.terms)
+    "staticagents.document.schema",
+    "staticagents.document.files",  # the fixture files: at the first fixture read or write
+    "yaml",  # theirs, and DRF's compat's (its own OpenAPI renderer)
+    "regex",  # the timed engine, for a rule's pattern RE2 cannot run (core.regexes)
+    "staticagents.proxying",  # the upstreams' client: for a proxied agent type
+    "staticagents.replying.proxied",
+    "staticagents.dialects.llm.forward",
+    "staticagents.document.diff",  # the versions' differences: their pages only
 )
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -107,6 +116,15 @@ def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driv
         assert {"staticagents.asgi", "staticagents.control.views", "rest_framework.views"} <= first
         assert loaded(first, HEAVY) == []
 
+        # The schema and the fixture files, once a script is validated and a fixture read.
+        kit = server.client(session="later")
+        kit.replies("scripted")
+        scripted = server.loaded_modules()  # validated (the schema), with no YAML read
+        assert "staticagents.document.schema" in scripted and "yaml" not in scripted
+        kit.install({"rules": [{"match": {"query": "(?<=x)y"}, "response": {"content": "z"}}]})
+        installed = server.loaded_modules()  # its snapshot: a lookbehind takes the timed engine
+        assert {"staticagents.document.files", "regex"} <= installed
+
         # Each is there once asked for: the schema (its descriptions included) and the admin.
         schema = httpx.get(f"{server.url}/api/schema/").raise_for_status().text
         assert "ControlErrors" in schema and "/api/ai/agents/query" in schema
@@ -124,6 +142,7 @@ def test_the_first_replies_import_no_schema_admin_other_dialect_or_optional_driv
     assert {"staticagents.dialects.anthropic.routes", "staticagents.dialects.adk.routes"} <= later
     assert {"staticagents.dialects.websocket.consumer", "staticagents.control.live"} <= later
     assert {"staticagents.serving.websocket_protocol", "websockets"} <= later
+    assert {"pydantic", "staticagents.document.schema", "staticagents.document.files"} <= later
 
 
 def test_the_admins_checks_discover_its_modules_that_start_up_leaves_out() -> None:

@@ -19,7 +19,6 @@ from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.core.matching import Ruleset
 from staticagents.core.routing import RECORD_ON_MISS
 from staticagents.core.timing import TimedFrame
-from staticagents.dialects.llm.forward import Forward
 from staticagents.dialects.llm.wire import (
     Conversation,
     Envelope,
@@ -100,6 +99,9 @@ class ModelReplyRoute(ReplyRoute):
         )
         if not missed:
             return False
+        # Imported here: only a proxied agent type forwards (and loads the upstreams' client).
+        from staticagents.dialects.llm.forward import Forward
+
         await Forward(self, target, inquiry).run(body)
         return True
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from staticagents.document.files import MAX_FIXTURE_BYTES, load_fixture
-from staticagents.document.schema import DocumentInvalid
+from staticagents.document.files import load_fixture
+from staticagents.document.terms import MAX_FIXTURE_BYTES, DocumentInvalid
 
 
 def read_fixture(path: str) -> dict[str, Any]:

@@ -36,7 +36,6 @@ from staticagents.management.commands._database_template import (
     save_template,
     start_from_template,
 )
-from staticagents.management.commands._fixture_io import read_fixture
 from staticagents.models import Rule
 from staticagents.optional import hidden_modules
 from staticagents.services import COMMAND, ensure_control_token, import_fixture
@@ -171,6 +170,10 @@ class Command(BaseCommand):
             if Rule.objects.exists():
                 return
             path = str(settings.STATIC_AGENTS_DEFAULT_FIXTURE)
+        # Imported here: reading a fixture takes YAML and the schema (pydantic), which a start
+        # from the database template does not (bench/README.md, the testing kit, step 23).
+        from staticagents.management.commands._fixture_io import read_fixture
+
         result = import_fixture(document=read_fixture(path), by=COMMAND)
         self.stdout.write(f"{path}: {result.summary()}")
 
@@ -178,12 +181,13 @@ class Command(BaseCommand):
 def import_rest_framework_lean() -> None:
     """Import DRF without what its ``compat`` module imports for features the service does
     not use: ``requests`` (DRF's own test client), ``pygments`` (the browsable API's code
-    highlighting), ``uritemplate`` (DRF's own OpenAPI generator: drf-spectacular's imports
-    it itself) and, unless the database is PostgreSQL, ``django.contrib.postgres``
-    (model fields no model here has), which imports psycopg. All are optional there;
-    together a fifth of the start-up's imports (bench/README.md, the testing kit, step 20).
+    highlighting), ``uritemplate`` and ``yaml`` (DRF's own OpenAPI generator and its YAML
+    renderer: drf-spectacular's import them themselves; YAML cost 10 ms, step 23) and,
+    unless the database is PostgreSQL, ``django.contrib.postgres`` (model fields no model
+    here has), which imports psycopg. All are optional there; together a fifth of the
+    start-up's imports (bench/README.md, the testing kit, step 20).
     """
-    names = ["requests", "pygments", "uritemplate"]
+    names = ["requests", "pygments", "uritemplate", "yaml"]
     if django_settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         names.append("django.contrib.postgres")
     with hidden_modules(*names):
