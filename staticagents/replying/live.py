@@ -331,7 +331,10 @@ class Feed:
                 assert self.channel is not None
                 wait = REJOIN_SECONDS if self.available else RETRY_SECONDS
                 try:
-                    message = await asyncio.wait_for(layer.receive(self.channel), wait)
+                    # Not ``wait_for``: on Python 3.11 it can swallow this task's cancellation
+                    # when a message arrives at that moment, and the task then never ends.
+                    async with asyncio.timeout(wait):
+                        message = await layer.receive(self.channel)
                 except TimeoutError:
                     continue
             except asyncio.CancelledError:
