@@ -157,6 +157,8 @@ class Statements:
         self.cursor = cursor
         self.placeholder = placeholder
         self.tables = tables
+        self._now: dict[tuple[type[models.Model], str], Any] = {}
+        self._returning = "" if db.vendor == "sqlite" else " RETURNING id"
 
     def _sql(self, sql: str) -> str:
         return sql if self.placeholder == "%s" else sql.replace("%s", self.placeholder)
@@ -187,6 +189,13 @@ class Statements:
                 ids.extend(range(last - count + 1, last + 1))
         return ids
 
+    def new_id(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute ``sql``, an ``INSERT`` of one row whose primary key is ``id``; that id."""
+        self.cursor.execute(self._sql(sql) + self._returning, params)
+        if self._returning:
+            return int(self.cursor.fetchone()[0])
+        return int(self.cursor.lastrowid)
+
     def append(self, model: type[models.Model], rows: list[Entry]) -> None:
         """``insert``, for rows whose ids nobody needs."""
         for sql, values, _, _ in self.tables(model, self.db, self.placeholder).inserts(
@@ -196,16 +205,22 @@ class Statements:
 
     def param(self, model: type[models.Model], name: str, value: Any) -> Any:
         """``value`` for the column of ``model``'s field ``name``, as an insert would pass it."""
-        for column in self.tables(model, self.db, self.placeholder).columns.adapted:
-            if column.name == name:
-                if value is _NOW:
-                    value = _insert_time(column.field)
-                return column.adapt(self.db, value)
-        return value
+        column = self.tables(model, self.db, self.placeholder).adapted.get(name)
+        if column is None:
+            return value
+        if value is _NOW:
+            value = _insert_time(column.field)
+        return column.adapt(self.db, value)
 
     def now(self, model: type[models.Model], name: str) -> Any:
-        """The time now, for ``model``'s date-time field ``name``."""
-        return self.param(model, name, _NOW)
+        """The time now, for ``model``'s date-time field ``name``: one time for all the
+        statements of these ``Statements`` (a round's transaction), as an insert takes
+        one for all its rows."""
+        key = (model, name)
+        now = self._now.get(key)
+        if now is None:
+            now = self._now[key] = self.param(model, name, _NOW)
+        return now
 
     @staticmethod
     def json(value: Any) -> Any:
@@ -840,6 +855,7 @@ class _Table:
     ) -> None:
         quote = db.ops.quote_name
         self.columns = _columns(model, db.vendor)
+        self.adapted = {column.name: column for column in self.columns.adapted}
         self.placeholder = placeholder
         self.name = quote(model._meta.db_table)
         self.pk = quote(model._meta.pk.column)
