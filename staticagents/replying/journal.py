@@ -146,6 +146,9 @@ class _Mark:
     outcome: str
 
 
+_REWRITTEN: dict[str, str] = {}  # a job's SQL with ``%s`` → with ``?`` (``Statements._sql``)
+
+
 class Statements:
     """What a job (``JournalWriter.run``) may do with the round's connection, in its
     transaction: SQL written with ``%s`` placeholders on either kind of connection."""
@@ -161,7 +164,15 @@ class Statements:
         self._returning = "" if db.vendor == "sqlite" else " RETURNING id"
 
     def _sql(self, sql: str) -> str:
-        return sql if self.placeholder == "%s" else sql.replace("%s", self.placeholder)
+        if self.placeholder == "%s":
+            return sql
+        # Jobs run the same few statements again and again: each is rewritten once.
+        rewritten = _REWRITTEN.get(sql)
+        if rewritten is None:
+            rewritten = sql.replace("%s", self.placeholder)
+            if len(_REWRITTEN) < 1000:
+                _REWRITTEN[sql] = rewritten
+        return rewritten
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows ``sql`` selects."""

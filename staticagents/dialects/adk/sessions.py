@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry, session_key
 from staticagents.core.replies import Reply
+from staticagents.core.values import value_class
 from staticagents.dialects.adk import wire as adk
 from staticagents.models import AdkEvent, AdkSession
 from staticagents.replying.answer import Answer, aanswer_inquiry
@@ -140,9 +141,21 @@ NEW_SESSION = (
     "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
 NEW_EVENT = f"INSERT INTO {EVENTS} (session_id, payload) VALUES (%s, %s)"
+NEW_TURN = (
+    f"UPDATE {SESSIONS} SET user_turns = %s, last_user_text = %s, updated_at = %s WHERE id = %s"
+)
+NEW_TURN_AND_STATE = (
+    f"UPDATE {SESSIONS} SET state = %s, user_turns = %s, last_user_text = %s, updated_at = %s "
+    "WHERE id = %s"
+)
+MORE_TURNS = (
+    f"UPDATE {SESSIONS} SET user_turns = user_turns + %s, last_user_text = %s, updated_at = %s "
+    "WHERE id = %s"
+)
+TOUCH = f"UPDATE {SESSIONS} SET updated_at = %s WHERE id = %s"
 
 
-@dataclass(frozen=True)
+@value_class
 class OpenedSession:
     """A run's session as the run found it: its row, its state (the delta applied), and
     its user turns before the run."""
@@ -190,17 +203,10 @@ def open_run_job(
         sql.run(NEW_EVENT, [pk, event])
         if state_delta:
             state = {**state, **state_delta}
-            sql.run(
-                f"UPDATE {SESSIONS} SET state = %s, user_turns = %s, last_user_text = %s, "
-                "updated_at = %s WHERE id = %s",
-                [sql.param(AdkSession, "state", state), turns.count, turns.last_text, now, pk],
-            )
+            state_param = sql.param(AdkSession, "state", state)
+            sql.run(NEW_TURN_AND_STATE, [state_param, turns.count, turns.last_text, now, pk])
         else:
-            sql.run(
-                f"UPDATE {SESSIONS} SET user_turns = %s, last_user_text = %s, updated_at = %s "
-                "WHERE id = %s",
-                [turns.count, turns.last_text, now, pk],
-            )
+            sql.run(NEW_TURN, [turns.count, turns.last_text, now, pk])
         return OpenedSession(pk, state, earlier)
 
     return open_run
@@ -231,13 +237,9 @@ def append_events(sql: Statements, session_pk: int, events: Iterable[Event]) -> 
     by_user = any(e.get("author") == "user" for e in events)
     added = adk.UserTurns().after(events) if by_user else adk.UserTurns()
     if added.count:
-        sql.run(
-            f"UPDATE {SESSIONS} SET user_turns = user_turns + %s, last_user_text = %s, "
-            "updated_at = %s WHERE id = %s",
-            [added.count, added.last_text, now, session_pk],
-        )
+        sql.run(MORE_TURNS, [added.count, added.last_text, now, session_pk])
     else:
-        sql.run(f"UPDATE {SESSIONS} SET updated_at = %s WHERE id = %s", [now, session_pk])
+        sql.run(TOUCH, [now, session_pk])
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ def random_uuids(count: int) -> list[str]:
     return uuids
 
 
-@dataclass(frozen=True)
+@value_class
 class Run:
     """A run, decided: the answer, the ids of its model event, the session it belongs to,
     and its final event when that was saved with the journal entry (``save_final``)."""
