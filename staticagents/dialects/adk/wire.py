@@ -415,16 +415,14 @@ def sse_body_at_once(
     if not streaming or reply.error is not None:
         return tail
     parts: list[bytes] = []
-    add = parts.append
     chunk = reply.timing.chunk
     for text, thought in ((reply.thinking, True), (reply.content, False)):
-        if text:
+        texts = list(map(orjson.dumps, iter_chunks(text, chunk))) if text else []
+        if texts:
             head, end = partial_template(ids, thought=thought)
-            for piece in iter_chunks(text, chunk):
-                add(head)
-                add(orjson.dumps(piece))
-                add(end)
-    add(tail)
+            # Partials of a kind differ in their text only: one join makes them all.
+            parts += (head, (end + head).join(texts), end)
+    parts.append(tail)
     return b"".join(parts)
 
 
