@@ -77,7 +77,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, transaction
@@ -200,12 +200,14 @@ class Statements:
                 ids.extend(range(last - count + 1, last + 1))
         return ids
 
-    def new_id(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Execute ``sql``, an ``INSERT`` of one row whose primary key is ``id``; that id."""
+    def new_ids(self, sql: str, params: Sequence[Any], rows: int) -> list[int]:
+        """Execute ``sql``, an ``INSERT`` of ``rows`` rows whose primary key is ``id``; their
+        ids, in order."""
         self.cursor.execute(self._sql(sql) + self._returning, params)
         if self._returning:
-            return int(self.cursor.fetchone()[0])
-        return int(self.cursor.lastrowid)
+            return [int(row[0]) for row in self.cursor.fetchall()]
+        last = int(self.cursor.lastrowid)  # consecutive under the write lock (``insert``)
+        return list(range(last - rows + 1, last + 1))
 
     def append(self, model: type[models.Model], rows: list[Entry]) -> None:
         """``insert``, for rows whose ids nobody needs."""
@@ -271,6 +273,19 @@ class Prepared:
 
 
 Job = Callable[[Statements], Any]
+
+
+class JobKind(Protocol):
+    """A job whose like in a round run together: ``together(statements, jobs)`` does what
+    each of ``jobs`` (all of its class) would do alone, and gives their results in order.
+    When any job of the round fails, each runs alone again (``_run_jobs``)."""
+
+    def __call__(self, statements: Statements) -> Any: ...
+
+    @classmethod
+    def together(cls, statements: Statements, jobs: list[Any]) -> list[Any]: ...
+
+
 _Tables = Callable[[type[models.Model], BaseDatabaseWrapper, str], "_Table"]
 
 
@@ -531,12 +546,33 @@ def _run_jobs(statements: Statements, jobs: list[Job]) -> list[Any]:
     cursor = statements.cursor
     cursor.execute("SAVEPOINT static_agents_jobs")
     try:
-        results = [job(statements) for job in jobs]
+        results = _run_together(statements, jobs)
     except Exception:
         cursor.execute("ROLLBACK TO SAVEPOINT static_agents_jobs")
         cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
         return [_run_job(statements, job) for job in jobs]
     cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
+    return results
+
+
+def _run_together(statements: Statements, jobs: list[Job]) -> list[Any]:
+    """Each job's result, in order. The jobs of a class with a ``together`` method (a
+    ``JobKind``) run as one call, where the first of them stands: many rows a statement."""
+    kinds: dict[type, list[int]] = {}
+    for index, job in enumerate(jobs):
+        if hasattr(type(job), "together"):
+            kinds.setdefault(type(job), []).append(index)
+    if not kinds:
+        return [job(statements) for job in jobs]
+    results: list[Any] = [None] * len(jobs)
+    for index, job in enumerate(jobs):
+        kind = kinds.get(type(job))
+        if kind is None:
+            results[index] = job(statements)
+        elif kind[0] == index:
+            outcomes = cast(JobKind, job).together(statements, [jobs[i] for i in kind])
+            for at, outcome in zip(kind, outcomes, strict=True):
+                results[at] = outcome
     return results
 
 
