@@ -16,7 +16,8 @@
 * ``await journal.run(job)`` (``journal.run_now(job)`` in a thread): run a
   dialect's own statements (a Galaxy exchange saved, an ADK session opened) in
   the next round's transaction, each job in a savepoint of its own, so that one
-  that fails fails only its request (``Statements``);
+  that fails fails only its request (``Statements``); the jobs of a ``JobKind``
+  (ADK runs opening their sessions) run together, many rows a statement;
 * ``journal.run_on_loop(job)``: run a job at once, on the event loop's own
   connection to a SQLite file, in a transaction of its own (the testing kit's
   control calls, ``control.lean``); ``NotOnLoop`` when there is none or the
