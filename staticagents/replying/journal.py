@@ -427,10 +427,11 @@ class JournalWriter:
             raise
         return result
 
-    async def run(self, job: Job) -> Any:
+    async def run(self, job: Job, *, loop: asyncio.AbstractEventLoop | None = None) -> Any:
         """Run ``job`` in the next round's transaction (in a savepoint); its result, once
-        the round is committed. A job that raises fails its own request only."""
-        backend = self._on_loop()
+        the round is committed. A job that raises fails its own request only. ``loop``: the
+        running loop, when the caller has it at hand (``serving.loop_local``)."""
+        backend = self._on_loop(loop)
         if backend is not None:
             return await backend.run(job)
         result = await self._thread.submit(_Job(job))

@@ -184,6 +184,7 @@ class RunRoute(AdkRoute):
             route=self.scope["path"],
             body=body,
             save_final=self.final_with_entry,
+            loop=self.loop,
         )
         run: Run = await self.answering(work, lambda run: run.answer.entry_id)
         return run

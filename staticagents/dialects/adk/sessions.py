@@ -10,6 +10,7 @@ journal's rounds; the session CRUD routes use the ORM, in a thread.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import time
@@ -370,11 +371,13 @@ async def start_run(
     route: str,
     body: bytes,
     save_final: Callable[[Reply], bool] = _never,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Run:
     """Record the user's message in the session, then answer it, on the event loop.
 
     When ``save_final(reply)``, the run's final event joins the session in the
     journal entry's own round (one commit for both), and ``Run.final`` holds it.
+    ``loop``: the running loop, when the caller has it at hand (``serving.loop_local``).
     """
     message = adk.read_message(request.new_message)  # reject before anything is written
     # A run's three ids (its invocation's and its two events') from one read of
@@ -390,7 +393,8 @@ async def start_run(
             state_delta=request.state_delta,
             first=adk.user_event(message.content, user_ids, request.state_delta),
             text=message.text,
-        )
+        ),
+        loop=loop,
     )
     turn = adk.read_turn(message, opened.earlier)
     inquiry = Inquiry(
@@ -413,5 +417,5 @@ async def start_run(
         final = adk.final_event(reply, ids)
         return AppendEvents(opened.pk, [final])
 
-    answer = await aanswer_inquiry(inquiry, route=route, body=body, then=then)
+    answer = await aanswer_inquiry(inquiry, route=route, body=body, then=then, loop=loop)
     return Run(answer, ids, opened.pk, request.streaming, final)
