@@ -85,8 +85,14 @@ def drive(
     httpx.post(server.url + surface.path, json=check, timeout=10).raise_for_status()
     script = UNIQUE_SCRIPT if surface.unique else None
     wrk(server.url + surface.path, body, seconds=1, connections=connections, script=script)
+    assert server.process is not None
     return wrk(
-        server.url + surface.path, body, seconds=seconds, connections=connections, script=script
+        server.url + surface.path,
+        body,
+        seconds=seconds,
+        connections=connections,
+        script=script,
+        server_pid=server.process.pid,
     )
 
 
@@ -185,11 +191,13 @@ def mean_load(*loads: Load) -> Load:
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
 
+    cpu = [load.cpu_us for load in loads if load.cpu_us is not None]
     return Load(
         mean([load.requests_per_second for load in loads]),
         mean([load.p50_ms for load in loads]),
         mean([load.p99_ms for load in loads]),
         sum(load.errors for load in loads),
+        mean(cpu) if cpu else None,
     )
 
 
@@ -211,6 +219,11 @@ def row(name: str, load: Load, paired: Load | None) -> dict[str, Any]:
         "÷ OpenAI": 1.0
         if paired is None
         else round(load.requests_per_second / paired.requests_per_second, 2),
+        # The server's CPU time a request: steadier than the rate on a shared machine.
+        "server CPU µs/req": "-" if load.cpu_us is None else round(load.cpu_us),
+        "CPU ÷ OpenAI's": "-"
+        if paired is None or load.cpu_us is None or paired.cpu_us is None
+        else round(load.cpu_us / paired.cpu_us, 2),
     }
 
 

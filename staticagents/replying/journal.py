@@ -16,7 +16,8 @@
 * ``await journal.run(job)`` (``journal.run_now(job)`` in a thread): run a
   dialect's own statements (a Galaxy exchange saved, an ADK session opened) in
   the next round's transaction, each job in a savepoint of its own, so that one
-  that fails fails only its request (``Statements``);
+  that fails fails only its request (``Statements``); the jobs of a ``JobKind``
+  (ADK runs opening their sessions) run together, many rows a statement;
 * ``journal.run_on_loop(job)``: run a job at once, on the event loop's own
   connection to a SQLite file, in a transaction of its own (the testing kit's
   control calls, ``control.lean``); ``NotOnLoop`` when there is none or the
@@ -77,7 +78,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, transaction
@@ -146,6 +147,9 @@ class _Mark:
     outcome: str
 
 
+_REWRITTEN: dict[str, str] = {}  # a job's SQL with ``%s`` → with ``?`` (``Statements._sql``)
+
+
 class Statements:
     """What a job (``JournalWriter.run``) may do with the round's connection, in its
     transaction: SQL written with ``%s`` placeholders on either kind of connection."""
@@ -157,9 +161,19 @@ class Statements:
         self.cursor = cursor
         self.placeholder = placeholder
         self.tables = tables
+        self._now: dict[tuple[type[models.Model], str], Any] = {}
+        self._returning = "" if db.vendor == "sqlite" else " RETURNING id"
 
     def _sql(self, sql: str) -> str:
-        return sql if self.placeholder == "%s" else sql.replace("%s", self.placeholder)
+        if self.placeholder == "%s":
+            return sql
+        # Jobs run the same few statements again and again: each is rewritten once.
+        rewritten = _REWRITTEN.get(sql)
+        if rewritten is None:
+            rewritten = sql.replace("%s", self.placeholder)
+            if len(_REWRITTEN) < 1000:
+                _REWRITTEN[sql] = rewritten
+        return rewritten
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows ``sql`` selects."""
@@ -187,6 +201,15 @@ class Statements:
                 ids.extend(range(last - count + 1, last + 1))
         return ids
 
+    def new_ids(self, sql: str, params: Sequence[Any], rows: int) -> list[int]:
+        """Execute ``sql``, an ``INSERT`` of ``rows`` rows whose primary key is ``id``; their
+        ids, in order."""
+        self.cursor.execute(self._sql(sql) + self._returning, params)
+        if self._returning:
+            return [int(row[0]) for row in self.cursor.fetchall()]
+        last = int(self.cursor.lastrowid)  # consecutive under the write lock (``insert``)
+        return list(range(last - rows + 1, last + 1))
+
     def append(self, model: type[models.Model], rows: list[Entry]) -> None:
         """``insert``, for rows whose ids nobody needs."""
         for sql, values, _, _ in self.tables(model, self.db, self.placeholder).inserts(
@@ -196,16 +219,22 @@ class Statements:
 
     def param(self, model: type[models.Model], name: str, value: Any) -> Any:
         """``value`` for the column of ``model``'s field ``name``, as an insert would pass it."""
-        for column in self.tables(model, self.db, self.placeholder).columns.adapted:
-            if column.name == name:
-                if value is _NOW:
-                    value = _insert_time(column.field)
-                return column.adapt(self.db, value)
-        return value
+        column = self.tables(model, self.db, self.placeholder).adapted.get(name)
+        if column is None:
+            return value
+        if value is _NOW:
+            value = _insert_time(column.field)
+        return column.adapt(self.db, value)
 
     def now(self, model: type[models.Model], name: str) -> Any:
-        """The time now, for ``model``'s date-time field ``name``."""
-        return self.param(model, name, _NOW)
+        """The time now, for ``model``'s date-time field ``name``: one time for all the
+        statements of these ``Statements`` (a round's transaction), as an insert takes
+        one for all its rows."""
+        key = (model, name)
+        now = self._now.get(key)
+        if now is None:
+            now = self._now[key] = self.param(model, name, _NOW)
+        return now
 
     @staticmethod
     def json(value: Any) -> Any:
@@ -245,6 +274,19 @@ class Prepared:
 
 
 Job = Callable[[Statements], Any]
+
+
+class JobKind(Protocol):
+    """A job whose like in a round run together: ``together(statements, jobs)`` does what
+    each of ``jobs`` (all of its class) would do alone, and gives their results in order.
+    When any job of the round fails, each runs alone again (``_run_jobs``)."""
+
+    def __call__(self, statements: Statements) -> Any: ...
+
+    @classmethod
+    def together(cls, statements: Statements, jobs: list[Any]) -> list[Any]: ...
+
+
 _Tables = Callable[[type[models.Model], BaseDatabaseWrapper, str], "_Table"]
 
 
@@ -385,10 +427,11 @@ class JournalWriter:
             raise
         return result
 
-    async def run(self, job: Job) -> Any:
+    async def run(self, job: Job, *, loop: asyncio.AbstractEventLoop | None = None) -> Any:
         """Run ``job`` in the next round's transaction (in a savepoint); its result, once
-        the round is committed. A job that raises fails its own request only."""
-        backend = self._on_loop()
+        the round is committed. A job that raises fails its own request only. ``loop``: the
+        running loop, when the caller has it at hand (``serving.loop_local``)."""
+        backend = self._on_loop(loop)
         if backend is not None:
             return await backend.run(job)
         result = await self._thread.submit(_Job(job))
@@ -505,12 +548,33 @@ def _run_jobs(statements: Statements, jobs: list[Job]) -> list[Any]:
     cursor = statements.cursor
     cursor.execute("SAVEPOINT static_agents_jobs")
     try:
-        results = [job(statements) for job in jobs]
+        results = _run_together(statements, jobs)
     except Exception:
         cursor.execute("ROLLBACK TO SAVEPOINT static_agents_jobs")
         cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
         return [_run_job(statements, job) for job in jobs]
     cursor.execute("RELEASE SAVEPOINT static_agents_jobs")
+    return results
+
+
+def _run_together(statements: Statements, jobs: list[Job]) -> list[Any]:
+    """Each job's result, in order. The jobs of a class with a ``together`` method (a
+    ``JobKind``) run as one call, where the first of them stands: many rows a statement."""
+    kinds: dict[type, list[int]] = {}
+    for index, job in enumerate(jobs):
+        if hasattr(type(job), "together"):
+            kinds.setdefault(type(job), []).append(index)
+    if not kinds:
+        return [job(statements) for job in jobs]
+    results: list[Any] = [None] * len(jobs)
+    for index, job in enumerate(jobs):
+        kind = kinds.get(type(job))
+        if kind is None:
+            results[index] = job(statements)
+        elif kind[0] == index:
+            outcomes = cast(JobKind, job).together(statements, [jobs[i] for i in kind])
+            for at, outcome in zip(kind, outcomes, strict=True):
+                results[at] = outcome
     return results
 
 
@@ -599,6 +663,10 @@ class _LoopBackend:
         self.lock_timeout = float(db.settings_dict.get("OPTIONS", {}).get("timeout", 5))
         self.connection = connect_sqlite(db)
         self.connection.execute(f"PRAGMA wal_autocheckpoint={self.CHECKPOINT_PAGES}")
+        # A statement of many rows (the jobs of a ``JobKind``) journals the pages it
+        # changes for its own rollback; past 64 KiB SQLite moved that journal to a temporary
+        # file, opened and removed every few rounds: in memory, it costs no system call.
+        self.connection.execute("PRAGMA temp_store=MEMORY")
         self.inserts: _Inserts = []
         self.marks: _Marks = []
         self.jobs: _Jobs = []
@@ -840,6 +908,7 @@ class _Table:
     ) -> None:
         quote = db.ops.quote_name
         self.columns = _columns(model, db.vendor)
+        self.adapted = {column.name: column for column in self.columns.adapted}
         self.placeholder = placeholder
         self.name = quote(model._meta.db_table)
         self.pk = quote(model._meta.pk.column)

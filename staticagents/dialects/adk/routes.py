@@ -184,6 +184,7 @@ class RunRoute(AdkRoute):
             route=self.scope["path"],
             body=body,
             save_final=self.final_with_entry,
+            loop=self.loop,
         )
         run: Run = await self.answering(work, lambda run: run.answer.entry_id)
         return run
@@ -237,7 +238,7 @@ class RunSseRoute(RunRoute):
     async def finish(self, run: Run, final: dict[str, Any], tail: bytes = b"") -> None:
         # Only the final event joins the session (as in ADK, partials never do), and
         # before the response ends, so a client reading the session next finds it.
-        await journal.run(adk_sessions.append_events_job(run.session_pk, [final]))
+        await journal.run(adk_sessions.AppendEvents(run.session_pk, [final]))
         await self.end_stream(tail)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
@@ -26,6 +25,7 @@ from pydantic.alias_generators import to_camel
 from staticagents.core.replies import Reply, count_tokens
 from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
 from staticagents.core.timing import Slots, TimedFrame, iter_chunks, plan_stream
+from staticagents.core.values import value_class
 from staticagents.dialects.llm.wire import SLOT, TextTemplate
 
 MODEL_VERSION = "static-agents"
@@ -173,7 +173,7 @@ def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
 # -- what the new message asks ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Message:
     """The new message reduced to what the matcher needs."""
 
@@ -182,7 +182,7 @@ class Message:
     content: ContentIn  # the message as sent, for the session's record
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Turn:
     query: str
     turn: int
@@ -215,7 +215,7 @@ def tool_result_text(response: Mapping[str, Any] | None) -> str:
     return json.dumps(response, ensure_ascii=False)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class UserTurns:
     """What a run needs of its session's earlier events: how many user messages carried
     text, and the last one's text (kept with the session, so no run reads its events)."""
@@ -268,7 +268,7 @@ def inquiry_context(
 # -- events --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class EventIds:
     """Who wrote an event and when: chosen by the route, so rendering stays pure."""
 
@@ -415,16 +415,14 @@ def sse_body_at_once(
     if not streaming or reply.error is not None:
         return tail
     parts: list[bytes] = []
-    add = parts.append
     chunk = reply.timing.chunk
     for text, thought in ((reply.thinking, True), (reply.content, False)):
-        if text:
+        texts = list(map(orjson.dumps, iter_chunks(text, chunk))) if text else []
+        if texts:
             head, end = partial_template(ids, thought=thought)
-            for piece in iter_chunks(text, chunk):
-                add(head)
-                add(orjson.dumps(piece))
-                add(end)
-    add(tail)
+            # Partials of a kind differ in their text only: one join makes them all.
+            parts += (head, (end + head).join(texts), end)
+    parts.append(tail)
     return b"".join(parts)
 
 

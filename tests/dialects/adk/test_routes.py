@@ -240,7 +240,7 @@ def test_a_session_created_with_events_continues_their_turns(adk: httpx.Client) 
 def test_a_run_reads_its_session_row_and_none_of_its_events(adk: httpx.Client) -> None:
     events = [user_text_event(f"message {n}") for n in range(50)]
     adk.post("/apps/router/users/u1/sessions", json={"sessionId": "long", "events": events})
-    job = adk_sessions.open_run_job(
+    job = adk_sessions.OpenRun(
         app="router",
         user="u1",
         session_id="long",
