@@ -309,7 +309,10 @@ class LoopCounters:
         if loop not in self.connections:
             db = connections[DEFAULT_DB_ALIAS]
             usable = sqlite_file(db) is not None and sqlite3.sqlite_version_info >= (3, 35)
-            self.connections[loop] = connect_sqlite(db) if usable else None
+            try:
+                self.connections[loop] = connect_sqlite(db) if usable else None
+            except sqlite3.OperationalError:  # busy as it set its pragmas: next time
+                return None
         return self.connections[loop]
 
 

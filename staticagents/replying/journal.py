@@ -459,7 +459,12 @@ class JournalWriter:
             backend = self._loops[loop]
         else:
             db = connections[self.using]
-            backend = _LoopBackend(self, loop, db) if sqlite_file(db) else None
+            try:
+                backend = _LoopBackend(self, loop, db) if sqlite_file(db) else None
+            except sqlite3.OperationalError:
+                # The file was busy as the connection set its pragmas (it never waits for a
+                # lock): the thread writes this request's row, and the next request tries again.
+                return None
             self._loops[loop] = backend
         self._last = (loop, backend)
         return backend

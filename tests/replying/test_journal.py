@@ -326,6 +326,39 @@ def _loop_entry(n: int, body_bytes: int = 92) -> dict[str, Any]:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_file_busy_as_the_loops_connection_opens_is_no_error(monkeypatch: Any) -> None:
+    """The loop's own connection sets its pragmas without waiting for a lock: when the
+    file is busy then (a service's first reply, as its other connections open it), that
+    request's row goes through the thread, and the next one opens the connection."""
+    from staticagents.replying import journal as journal_module
+
+    real, opened = journal_module.connect_sqlite, []
+
+    def busy_once(db: Any, **options: Any) -> sqlite3.Connection:
+        opened.append(db)
+        if len(opened) == 1:
+            raise sqlite3.OperationalError("database is locked")
+        return real(db, **options)
+
+    monkeypatch.setattr(journal_module, "connect_sqlite", busy_once)
+    writer = JournalWriter()
+
+    async def write() -> tuple[int | None, int | None, bool]:
+        first = await writer.record(_loop_entry(0))
+        second = await writer.record(_loop_entry(1))
+        return first, second, writer._on_loop() is not None
+
+    try:
+        first, second, on_loop = asyncio.run(write())
+    finally:
+        writer.close()
+    assert first is not None and second == first + 1
+    assert on_loop and len(opened) == 2  # the loop's connection, once the file was free
+    queries = JournalEntry.objects.order_by("id").values_list("query", flat=True)
+    assert list(queries) == ["hello 00", "hello 01"]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_loops_journal_is_pruned_to_its_byte_budget_commit_after_commit(
     settings: Any,
 ) -> None:
