@@ -147,7 +147,11 @@ class _Mark:
     outcome: str
 
 
-_REWRITTEN: dict[str, str] = {}  # a job's SQL with ``%s`` → with ``?`` (``Statements._sql``)
+@functools.lru_cache(maxsize=1024)
+def _with_placeholder(sql: str, placeholder: str) -> str:
+    """A job's SQL with ``placeholder`` for ``%s``: jobs run the same few statements again
+    and again, and each is rewritten once."""
+    return sql.replace("%s", placeholder)
 
 
 class Statements:
@@ -165,15 +169,7 @@ class Statements:
         self._returning = "" if db.vendor == "sqlite" else " RETURNING id"
 
     def _sql(self, sql: str) -> str:
-        if self.placeholder == "%s":
-            return sql
-        # Jobs run the same few statements again and again: each is rewritten once.
-        rewritten = _REWRITTEN.get(sql)
-        if rewritten is None:
-            rewritten = sql.replace("%s", self.placeholder)
-            if len(_REWRITTEN) < 1000:
-                _REWRITTEN[sql] = rewritten
-        return rewritten
+        return sql if self.placeholder == "%s" else _with_placeholder(sql, self.placeholder)
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows ``sql`` selects."""
@@ -189,25 +185,25 @@ class Statements:
         """Insert ``rows`` of ``model`` (by field name, absent fields take their defaults)
         as the journal inserts its entries; their ids, in order."""
         ids: list[int] = []
-        returning = self.db.vendor != "sqlite"
         for sql, values, count, _ in self.tables(model, self.db, self.placeholder).inserts(
-            self.db, rows, returning=returning
+            self.db, rows, returning=bool(self._returning)
         ):
             self.cursor.execute(sql, values)
-            if returning:
-                ids.extend(int(row[0]) for row in self.cursor.fetchall())
-            else:  # consecutive under the write lock, as the journal's own (``_write``)
-                last = int(self.cursor.lastrowid)
-                ids.extend(range(last - count + 1, last + 1))
+            ids += self._inserted_ids(count)
         return ids
 
     def new_ids(self, sql: str, params: Sequence[Any], rows: int) -> list[int]:
         """Execute ``sql``, an ``INSERT`` of ``rows`` rows whose primary key is ``id``; their
         ids, in order."""
         self.cursor.execute(self._sql(sql) + self._returning, params)
+        return self._inserted_ids(rows)
+
+    def _inserted_ids(self, rows: int) -> list[int]:
+        """The ids of the ``rows`` rows the last ``INSERT`` made, in order."""
         if self._returning:
             return [int(row[0]) for row in self.cursor.fetchall()]
-        last = int(self.cursor.lastrowid)  # consecutive under the write lock (``insert``)
+        # Consecutive under the write lock, as the journal's own (``_write``).
+        last = int(self.cursor.lastrowid)
         return list(range(last - rows + 1, last + 1))
 
     def append(self, model: type[models.Model], rows: list[Entry]) -> None:

@@ -1,4 +1,4 @@
-"""An ADK run's session writes (``open_run_job``, ``append_events_job``) on each backend the
+"""An ADK run's session writes (``OpenRun``, ``AppendEvents``) on each backend the
 journal writer serves: a SQLite file (the event loop's round) and PostgreSQL (the database
 thread). They are SQL written out, so each backend checks its columns, JSON and times."""
 
