@@ -324,6 +324,49 @@ def test_an_entry_and_its_job_take_one_commit_on_the_loop(sqlite_writer: Journal
     assert len(stored(sqlite_writer)) == 7
 
 
+def loop_commits(writer: JournalWriter, arrivals: int, *, rows_per_turn: int = 1) -> list[Any]:
+    """Rows recorded one turn of the loop after another, as requests arrive while the
+    first ones are answered: the commits, and each row's id once its commit came."""
+
+    async def run() -> list[Any]:
+        await writer.record(entry("opens the loop's connection"))
+        [backend] = [b for b in writer._loops.values() if b is not None]
+        statements: list[str] = []
+        backend.connection.set_trace_callback(statements.append)
+        recorded = []
+        for turn in range(arrivals):
+            recorded += [
+                asyncio.ensure_future(writer.record(entry(f"turn {turn} row {n}")))
+                for n in range(rows_per_turn)
+            ]
+            await asyncio.sleep(0)  # the next turn of the loop
+        first_committed_while_rows_arrived = recorded[0].done()
+        await asyncio.gather(*recorded)
+        backend.connection.set_trace_callback(None)
+        commits = statements.count("COMMIT")
+        return [commits, first_committed_while_rows_arrived]
+
+    return asyncio.run(run())
+
+
+def test_rows_arriving_turn_after_turn_share_the_first_ones_commit(
+    sqlite_writer: JournalWriter,
+) -> None:
+    commits, _ = loop_commits(sqlite_writer, 5, rows_per_turn=3)
+    assert commits == 1
+    assert len(stored(sqlite_writer)) == 1 + 15
+
+
+def test_a_steady_stream_of_rows_is_committed_as_it_flows(sqlite_writer: JournalWriter) -> None:
+    """The round gathers for at most ``GATHER_TURNS`` turns: rows that never stop
+    coming do not hold back the first ones."""
+    turns = 3 * journal_module._LoopBackend.GATHER_TURNS
+    commits, first_committed_while_rows_arrived = loop_commits(sqlite_writer, turns)
+    assert first_committed_while_rows_arrived
+    assert commits >= 3
+    assert len(stored(sqlite_writer)) == 1 + turns
+
+
 def test_run_now_runs_a_job_on_the_callers_connection(writer: JournalWriter) -> None:
     pk = writer.run_now(insert_job("now"))
     assert stored(writer) == [(pk, "now", "answered")]
