@@ -19,7 +19,7 @@ from typing import Any
 from staticagents.replying.recorded import RequestRecord, current_request
 from staticagents.serving.fallback import api_of
 from staticagents.serving.guards import refuse
-from staticagents.serving.metrics import REPLY_SECONDS, REQUESTS
+from staticagents.serving.metrics import request_tally
 from staticagents.serving.route import Message, Receive, Scope, Send
 
 access_log = logging.getLogger("staticagents.access")
@@ -91,31 +91,15 @@ def finished(scope: Scope, exchange: Exchange) -> None:
     status = exchange.status or 500
     dialect = exchange.dialect or dialect_of(scope)
     ended = perf_counter()
-    counted = _counted.get((dialect, exchange.outcome, status))
-    if counted is None:
-        counted = _count(dialect, exchange.outcome, status)
-    counted[0].inc()
-    counted[1].observe((exchange.began or ended) - exchange.started)
+    request_tally.count(
+        dialect, exchange.outcome, status, (exchange.began or ended) - exchange.started
+    )
     if access_log.isEnabledFor(logging.INFO):
         log_line(scope, exchange, status, dialect, (ended - exchange.started) * 1000)
 
 
-# The metrics' children by (dialect, outcome, status): finding one by its labels costs
-# more than counting. A handful of combinations occur; the cache is bounded all the same.
-_counted: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 _dialects: dict[str, str] = {}  # the dialect of a path no journal entry named
 CACHE_SIZE = 1024
-
-
-def _count(dialect: str, outcome: str, status: int) -> tuple[Any, Any]:
-    if len(_counted) >= CACHE_SIZE:
-        _counted.clear()
-    children = (
-        REQUESTS.labels(dialect, outcome or "none", str(status)),
-        REPLY_SECONDS.labels(dialect),
-    )
-    _counted[(dialect, outcome, status)] = children
-    return children
 
 
 def dialect_of(scope: Scope) -> str:
