@@ -4,6 +4,9 @@ how many writes."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+import time
 from typing import Any
 
 import uvicorn
@@ -12,9 +15,11 @@ from uvicorn.server import ServerState
 from staticagents.serving.protocol import (
     SEND_MANY,
     HeadWithBody,
+    KeepAliveTimer,
     ServiceHttpProtocol,
     websocket_protocol,
 )
+from tests.conftest import free_port
 
 
 class Recording:
@@ -124,6 +129,9 @@ class Connection(Recording):
     def resume_reading(self) -> None:
         pass
 
+    def set_protocol(self, protocol: Any) -> None:  # a WebSocket upgrade's
+        pass
+
 
 def served(
     app: Any,
@@ -201,3 +209,121 @@ def test_websocket_messages_sent_together_go_in_one_write_each_its_own_frame() -
     # Unmasked server frames: FIN + text opcode (0x81), the length, the text.
     assert together == b"\x81\x03one\x81\x03two\x81\x05three"
     assert alone == b"\x81\x04four"
+
+
+# -- keep-alive -----------------------------------------------------------------------
+
+
+class ClockedLoop:
+    """The two things ``KeepAliveTimer`` asks of its loop, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[tuple[float, Any]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_later(self, delay: float, callback: Any) -> None:
+        self.timers.append((self.now + delay, callback))
+
+    def run_until(self, moment: float) -> None:
+        while due := sorted((t for t in self.timers if t[0] <= moment), key=lambda t: t[0]):
+            self.timers.remove(due[0])
+            self.now = due[0][0]
+            due[0][1]()
+        self.now = moment
+
+
+class KeptConnection:
+    """What the timer reads of a connection, and when it was closed."""
+
+    def __init__(self, loop: ClockedLoop, timeout: float) -> None:
+        self.loop, self.timeout_keep_alive = loop, timeout
+        self.idle_since: float | None = None
+        self.closed_at: float | None = None
+
+    def timeout_keep_alive_handler(self) -> None:
+        self.closed_at = self.loop.now
+
+
+def test_the_keep_alive_timer_closes_a_connection_idle_for_its_timeout() -> None:
+    loop = ClockedLoop()
+    timer = KeepAliveTimer(loop)  # type: ignore[arg-type]
+    idle, busy, back = (KeptConnection(loop, 4.0) for _ in range(3))
+    for connection in (idle, busy, back):
+        timer.add(connection)  # type: ignore[arg-type]
+    loop.run_until(0.5)
+    idle.idle_since = back.idle_since = 0.5  # their first responses ended
+    loop.run_until(3.0)
+    back.idle_since = None  # its next request came
+    loop.run_until(3.2)
+    back.idle_since = 3.2
+    loop.run_until(20.0)
+
+    assert idle.closed_at is not None and 4.5 <= idle.closed_at <= 4.5 + 4.0 / 4
+    assert back.closed_at is not None and 7.2 <= back.closed_at <= 7.2 + 4.0 / 4
+    assert busy.closed_at is None  # mid-request: never idle
+
+    timer.discard(busy)  # type: ignore[arg-type]
+    timer.discard(idle)  # type: ignore[arg-type]
+    timer.discard(back)  # type: ignore[arg-type]
+    loop.run_until(30.0)
+    assert loop.timers == []  # no connection left: the timer stops looking
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_its_timeout_not_before() -> None:
+    port = free_port()
+    config = uvicorn.Config(
+        reply_app,
+        port=port,
+        lifespan="off",
+        log_level="warning",
+        http=ServiceHttpProtocol,
+        timeout_keep_alive=1,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+            request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+            for _ in range(3):  # requests one after another keep it open
+                client.sendall(request)
+                assert client.recv(4096).endswith(b"\r\n\r\n{}")
+            answered = time.monotonic()
+            closed = client.recv(4096)  # blocks until the server closes the connection
+            idle_for = time.monotonic() - answered
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+    assert closed == b""
+    assert idle_for >= 1
+
+
+def test_a_connection_leaves_its_loops_keep_alive_timer_when_lost_or_upgraded() -> None:
+    protocols: list[ServiceHttpProtocol] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            await receive()
+            await send({"type": "websocket.accept"})
+            return
+        await reply_app(scope, receive, send)
+
+    timers: list[KeepAliveTimer] = []
+
+    def lose(protocol: ServiceHttpProtocol) -> None:
+        timers.append(protocol.keep_alive)
+        assert protocol in protocol.keep_alive.open
+        assert protocol.idle_since is not None  # its response ended
+        protocol.connection_lost(None)
+
+    served(app, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", protocols=protocols)
+    lose(protocols[0])
+    assert protocols[0] not in timers[0].open
+    served(app, HANDSHAKE, protocols=protocols)
+    assert protocols[1] not in protocols[1].keep_alive.open
