@@ -327,3 +327,18 @@ def test_a_connection_leaves_its_loops_keep_alive_timer_when_lost_or_upgraded() 
     assert protocols[0] not in timers[0].open
     served(app, HANDSHAKE, protocols=protocols)
     assert protocols[1] not in protocols[1].keep_alive.open
+
+
+def test_pipelined_requests_are_answered_in_turn_and_counted() -> None:
+    """A request sent before the previous response ended waits its turn (the branch of
+    ``on_response_complete`` that starts it), and every response counts toward uvicorn's
+    ``--limit-max-requests``."""
+    protocols: list[ServiceHttpProtocol] = []
+    request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+
+    transport = served(reply_app, request * 3, protocols=protocols)
+
+    replies = b"".join(transport.writes)
+    assert replies.count(b"HTTP/1.1 200 OK\r\n") == 3 and replies.endswith(b"\r\n\r\n{}")
+    assert protocols[0].server_state.total_requests == 3
+    assert protocols[0].idle_since is not None  # idle once the last one was answered
