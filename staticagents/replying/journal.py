@@ -634,10 +634,10 @@ class _LoopBackend:
     """The journal's group commit on one event loop, on the loop's own connection to
     the SQLite file, in autocommit mode: its transactions are exactly its rounds.
 
-    The first write schedules the round, which gathers: it waits a turn of the loop at a
-    time while each turn brings more rows, marks or jobs (up to ``GATHER_TURNS``), so
-    the requests that arrive while the first ones are answered share its commit. While another
-    connection holds the write lock, the round is tried again every
+    The first write schedules the round, which gathers: it waits a turn of the loop at
+    a time while each turn brings more rows, marks or jobs (up to ``GATHER_TURNS``), so
+    the requests that arrive while the first ones are answered share its commit. While
+    another connection holds the write lock, the round is tried again every
     ``RETRY_SECONDS``; once it has waited ``HOLD_BACK_SECONDS`` (longer than
     another worker's round takes), the waiting rows and marks are held back
     (``held``): their requests go on, and the rows are written, in order, before

@@ -1,10 +1,10 @@
 """Prometheus metrics (``GET /metrics``): requests, reply latency, open streams, journal size.
 
-Counted by ``serving.telemetry`` for every request (``RequestTally``), and by the paced sender for
-streams. With several workers (``serve --workers N``), ``serve`` gives them one
-fresh directory in ``PROMETHEUS_MULTIPROC_DIR`` before they start, and
-prometheus-client's multiprocess mode sums what every worker wrote there, so a
-scrape that lands on any worker reports the whole service. The journal's size
+Counted by ``serving.telemetry`` for every request (``RequestTally``), and by the
+paced sender for streams. With several workers (``serve --workers N``), ``serve``
+gives them one fresh directory in ``PROMETHEUS_MULTIPROC_DIR`` before they start,
+and prometheus-client's multiprocess mode sums what every worker wrote there, so
+a scrape that lands on any worker reports the whole service. The journal's size
 is read from the database at each scrape.
 
 The route itself: ``control.metrics``.
