@@ -18,6 +18,7 @@ from django.db.models import Prefetch
 
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.replies import Reply
+from staticagents.core.values import value_class
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.models import ChatExchange, ChatMessage
 from staticagents.replying.answer import Answer, aanswer_inquiry, answer_inquiry
@@ -100,19 +101,14 @@ async def aanswer_chat_turn(
     inquiry = chat_inquiry(request, turns, headers)
     saved: dict[str, int | None] = {}  # "as": the exchange, once saved with the entry
 
+    def keep(pk: int) -> None:
+        saved["as"] = pk
+
     def then(reply: Reply) -> Job | None:
         if not save_with_entry(reply):
             return None
         saved["as"] = request.exchange_id  # a failed turn is not saved (``reply_save_job``)
-        save = reply_save_job(inquiry, reply, request.exchange_id)
-        if save is None:
-            return None
-
-        def save_and_keep(sql: Statements) -> int:
-            saved["as"] = pk = int(save(sql))
-            return pk
-
-        return save_and_keep
+        return reply_save_job(inquiry, reply, request.exchange_id, keep=keep)
 
     answer = await aanswer_inquiry(inquiry, route=route, body=body, then=then)
     if "as" in saved:
@@ -141,12 +137,18 @@ def chat_save_job(turn: ChatTurn) -> Job | None:
     return reply_save_job(turn.inquiry, turn.answer.reply, turn.exchange_id)
 
 
-def reply_save_job(inquiry: Inquiry, reply: Reply, exchange_id: int | None) -> Job | None:
+def reply_save_job(
+    inquiry: Inquiry,
+    reply: Reply,
+    exchange_id: int | None,
+    *,
+    keep: Callable[[int], None] | None = None,
+) -> SaveTurn | None:
     """What saves ``inquiry`` and its ``reply`` to the exchange: nothing for a failed reply."""
     if reply.error is not None:
         return None
     agent_response = galaxy.render_agent_response(reply)
-    return save_turn_job(inquiry, reply.content, agent_response, exchange_id)
+    return save_turn_job(inquiry, reply.content, agent_response, exchange_id, keep=keep)
 
 
 def chat_response(turn: ChatTurn, exchange_id: int | None) -> dict[str, Any]:
@@ -159,6 +161,7 @@ def chat_response(turn: ChatTurn, exchange_id: int | None) -> dict[str, Any]:
 
 EXCHANGES = ChatExchange._meta.db_table
 MESSAGES = ChatMessage._meta.db_table
+IDS_A_STATEMENT = 500  # exchanges a statement reads or updates: under every parameter limit
 
 
 def save_turn_job(
@@ -166,33 +169,84 @@ def save_turn_job(
     response: str,
     agent_response: Mapping[str, Any],
     exchange_id: int | None = None,
-) -> Job:
+    *,
+    keep: Callable[[int], None] | None = None,
+) -> SaveTurn:
     """Append the question and its answer to the exchange (a new one when none is given,
-    or when it was deleted while this turn was answered); the job returns its id."""
+    or when it was deleted while this turn was answered); the job returns its id, and
+    tells it to ``keep`` too (a job given with a journal entry hands no result back)."""
+    return SaveTurn(
+        agent_type=inquiry.agent_type[:200],
+        session=inquiry.session,
+        query=inquiry.query,
+        response=response,
+        agent_response=agent_response,
+        exchange_id=exchange_id,
+        keep=keep,
+    )
 
-    def save(sql: Statements) -> int:
-        pk = None
-        if exchange_id is not None:
-            # Most recent conversations list first.
-            touched = sql.run(
-                f"UPDATE {EXCHANGES} SET updated_at = %s WHERE id = %s",
-                [sql.now(ChatExchange, "updated_at"), exchange_id],
-            )
-            pk = exchange_id if touched else None
-        if pk is None:
-            exchange = {"agent_type": inquiry.agent_type[:200], "session": inquiry.session}
-            [pk] = sql.insert(ChatExchange, [exchange])
-        question = {"exchange_id": pk, "role": "user", "content": inquiry.query}
-        answer = {
-            "exchange_id": pk,
-            "role": "assistant",
-            "content": response,
-            "agent_response": dict(agent_response),
-        }
-        sql.append(ChatMessage, [question, answer])
+
+@value_class
+class SaveTurn:
+    """The job that appends a turn to its exchange (``save_turn_job``). The turns of a
+    journal round are saved together (a ``JobKind``): one read and one update of the
+    exchanges they continue, one insert of the new ones, one of all their messages,
+    where each turn took two or three statements."""
+
+    agent_type: str
+    session: str
+    query: str
+    response: str
+    agent_response: Mapping[str, Any]
+    exchange_id: int | None
+    keep: Callable[[int], None] | None
+
+    def __call__(self, sql: Statements) -> int:
+        [pk] = self.together(sql, [self])
         return pk
 
-    return save
+    @classmethod
+    def together(cls, sql: Statements, jobs: list[SaveTurn]) -> list[int]:
+        continued = sorted({job.exchange_id for job in jobs if job.exchange_id is not None})
+        present: set[int] = set()
+        for start in range(0, len(continued), IDS_A_STATEMENT):
+            chunk = continued[start : start + IDS_A_STATEMENT]
+            marks = ", ".join(["%s"] * len(chunk))
+            found = sql.rows(f"SELECT id FROM {EXCHANGES} WHERE id IN ({marks})", chunk)
+            touched = [int(pk) for (pk,) in found]
+            if touched:  # most recent conversations list first
+                marks = ", ".join(["%s"] * len(touched))
+                now = sql.now(ChatExchange, "updated_at")
+                sql.run(
+                    f"UPDATE {EXCHANGES} SET updated_at = %s WHERE id IN ({marks})", [now, *touched]
+                )
+            present.update(touched)
+        new = [job for job in jobs if job.exchange_id not in present]
+        made = iter(
+            sql.insert(
+                ChatExchange, [{"agent_type": j.agent_type, "session": j.session} for j in new]
+            )
+        )
+        ids: list[int] = []
+        for job in jobs:
+            pk = job.exchange_id
+            ids.append(pk if pk is not None and pk in present else next(made))
+        messages: list[Mapping[str, Any]] = []
+        for job, pk in zip(jobs, ids, strict=True):
+            messages.append({"exchange_id": pk, "role": "user", "content": job.query})
+            messages.append(
+                {
+                    "exchange_id": pk,
+                    "role": "assistant",
+                    "content": job.response,
+                    "agent_response": dict(job.agent_response),
+                }
+            )
+        sql.append(ChatMessage, messages)
+        for job, pk in zip(jobs, ids, strict=True):
+            if job.keep is not None:
+                job.keep(pk)
+        return ids
 
 
 def earlier_turns_job(exchange_id: int) -> Job:
