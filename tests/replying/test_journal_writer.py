@@ -105,19 +105,26 @@ def postgres_alias(django_db_blocker: Any) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def postgres_writer(postgres_alias: str) -> Iterator[JournalWriter]:
-    """A writer on its own PostgreSQL database: the database thread."""
-    with connections[postgres_alias].schema_editor() as editor:
-        editor.create_model(JournalEntry)
-    writer = JournalWriter(using=postgres_alias)
+def writer_on_postgres(alias: str, *tables: type[models.Model]) -> Iterator[JournalWriter]:
+    """A writer on the PostgreSQL database ``alias`` (the database thread), once the tables
+    of the models ``tables`` are made there."""
+    with connections[alias].schema_editor() as editor:
+        for model in tables:
+            editor.create_model(model)
+    writer = JournalWriter(using=alias)
     yield writer
     writer.close()
 
 
+@pytest.fixture
+def postgres_writer(postgres_alias: str) -> Iterator[JournalWriter]:
+    """A writer on its own PostgreSQL database: the database thread."""
+    yield from writer_on_postgres(postgres_alias, JournalEntry)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def writer(request: pytest.FixtureRequest) -> JournalWriter:
-    """Each backend in turn."""
+    """Each backend in turn (``postgres_writer`` as the test's module defines it)."""
     found: JournalWriter = request.getfixturevalue(f"{request.param}_writer")
     return found
 

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from staticagents.dialects.adk import sessions
 from staticagents.dialects.adk.wire import UserTurns
@@ -17,24 +16,15 @@ from staticagents.models import AdkEvent, AdkSession
 from staticagents.replying.journal import JournalWriter
 from tests.replying.test_journal_writer import postgres_alias as postgres_alias  # fixtures
 from tests.replying.test_journal_writer import sqlite_writer as sqlite_writer
+from tests.replying.test_journal_writer import writer as writer
+from tests.replying.test_journal_writer import writer_on_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def postgres_writer(postgres_alias: str) -> Iterator[JournalWriter]:
-    with connections[postgres_alias].schema_editor() as editor:
-        editor.create_model(AdkSession)
-        editor.create_model(AdkEvent)
-    writer = JournalWriter(using=postgres_alias)
-    yield writer
-    writer.close()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def writer(request: pytest.FixtureRequest) -> JournalWriter:
-    found: JournalWriter = request.getfixturevalue(f"{request.param}_writer")
-    return found
+    yield from writer_on_postgres(postgres_alias, AdkSession, AdkEvent)
 
 
 def user_event(*parts: dict[str, Any]) -> dict[str, Any]:

@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from staticagents.dialects.galaxy.exchanges import SaveTurn
 from staticagents.models import ChatExchange, ChatMessage
 from staticagents.replying.journal import JournalWriter
 from tests.replying.test_journal_writer import postgres_alias as postgres_alias  # fixtures
 from tests.replying.test_journal_writer import sqlite_writer as sqlite_writer
+from tests.replying.test_journal_writer import writer as writer
+from tests.replying.test_journal_writer import writer_on_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WRITES = re.compile(r'(SELECT id FROM|UPDATE|INSERT INTO) "?(\w+)"?')  # a statement, traced
@@ -24,18 +25,7 @@ WRITES = re.compile(r'(SELECT id FROM|UPDATE|INSERT INTO) "?(\w+)"?')  # a state
 
 @pytest.fixture
 def postgres_writer(postgres_alias: str) -> Iterator[JournalWriter]:
-    with connections[postgres_alias].schema_editor() as editor:
-        editor.create_model(ChatExchange)
-        editor.create_model(ChatMessage)
-    writer = JournalWriter(using=postgres_alias)
-    yield writer
-    writer.close()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def writer(request: pytest.FixtureRequest) -> JournalWriter:
-    found: JournalWriter = request.getfixturevalue(f"{request.param}_writer")
-    return found
+    yield from writer_on_postgres(postgres_alias, ChatExchange, ChatMessage)
 
 
 def turn(query: str, exchange_id: int | None = None, kept: list[int] | None = None) -> SaveTurn:
