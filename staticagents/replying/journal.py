@@ -272,6 +272,32 @@ class Prepared:
 Job = Callable[[Statements], Any]
 
 
+# -- SQL written out, for jobs that write many rows a statement ---------------------------
+
+ROWS_A_STATEMENT = 100  # well under every backend's limit of parameters
+
+
+@functools.cache
+def values_sql(head: str, row: str, count: int) -> str:
+    """``head`` (an ``INSERT ... VALUES``) and ``count`` times ``row``."""
+    return head + ", ".join([row] * count)
+
+
+@functools.cache
+def in_sql(head: str, count: int) -> str:
+    """``head`` (ending in ``IN``) and a list of ``count`` placeholders."""
+    return head + "(" + ", ".join(["%s"] * count) + ")"
+
+
+def each_chunk(values: list[Any], width: int) -> Iterator[tuple[list[Any], int]]:
+    """``values``, ``width`` to a row, at most ``ROWS_A_STATEMENT`` rows at a time; and
+    how many rows each chunk holds."""
+    step = ROWS_A_STATEMENT * width
+    for start in range(0, len(values), step):
+        chunk = values[start : start + step]
+        yield chunk, len(chunk) // width
+
+
 class JobKind(Protocol):
     """A job whose like in a round run together: ``together(statements, jobs)`` does what
     each of ``jobs`` (all of its class) would do alone, and gives their results in order.

@@ -11,11 +11,10 @@ journal's rounds; the session CRUD routes use the ORM, in a thread.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,7 +27,14 @@ from staticagents.core.values import value_class
 from staticagents.dialects.adk import wire as adk
 from staticagents.models import AdkEvent, AdkSession
 from staticagents.replying.answer import Answer, aanswer_inquiry
-from staticagents.replying.journal import Job, Statements, journal
+from staticagents.replying.journal import (
+    Job,
+    Statements,
+    each_chunk,
+    in_sql,
+    journal,
+    values_sql,
+)
 
 Event = Mapping[str, Any]
 
@@ -132,7 +138,6 @@ def update_state(
 SESSIONS = AdkSession._meta.db_table
 EVENTS = AdkEvent._meta.db_table
 PRUNE_EVERY = 1024  # new sessions between two prunes: each deletes about as many
-ROWS_A_STATEMENT = 100  # well under every backend's limit of parameters
 # The runs of a round write their sessions and events together, in statements written
 # out: one insert for all their rows costs far less than one a row (bench/README.md).
 FIND_SESSIONS = (
@@ -159,27 +164,6 @@ MORE_TURNS = (
 )
 TOUCH = f"UPDATE {SESSIONS} SET updated_at = %s WHERE id IN "
 Key = tuple[str, str, str]  # app, user, session id
-
-
-@functools.cache
-def values_sql(head: str, row: str, count: int) -> str:
-    """``head`` (an ``INSERT ... VALUES``) and ``count`` times ``row``."""
-    return head + ", ".join([row] * count)
-
-
-@functools.cache
-def in_sql(head: str, count: int) -> str:
-    """``head`` (ending in ``IN``) and a list of ``count`` placeholders."""
-    return head + "(" + ", ".join(["%s"] * count) + ")"
-
-
-def each_chunk(values: list[Any], width: int) -> Iterator[tuple[list[Any], int]]:
-    """``values``, ``width`` to a row, at most ``ROWS_A_STATEMENT`` rows at a time; and
-    how many rows each chunk holds."""
-    step = ROWS_A_STATEMENT * width
-    for start in range(0, len(values), step):
-        chunk = values[start : start + step]
-        yield chunk, len(chunk) // width
 
 
 @value_class

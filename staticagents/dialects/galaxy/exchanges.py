@@ -22,7 +22,7 @@ from staticagents.core.values import value_class
 from staticagents.dialects.galaxy import wire as galaxy
 from staticagents.models import ChatExchange, ChatMessage
 from staticagents.replying.answer import Answer, aanswer_inquiry, answer_inquiry
-from staticagents.replying.journal import Job, Statements, journal
+from staticagents.replying.journal import Job, Statements, each_chunk, in_sql, journal
 
 HISTORY_LIMIT_MAX = 1000
 
@@ -161,7 +161,8 @@ def chat_response(turn: ChatTurn, exchange_id: int | None) -> dict[str, Any]:
 
 EXCHANGES = ChatExchange._meta.db_table
 MESSAGES = ChatMessage._meta.db_table
-IDS_A_STATEMENT = 500  # exchanges a statement reads or updates: under every parameter limit
+FIND_EXCHANGES = f"SELECT id FROM {EXCHANGES} WHERE id IN "
+TOUCH_EXCHANGES = f"UPDATE {EXCHANGES} SET updated_at = %s WHERE id IN "
 
 
 def save_turn_job(
@@ -209,17 +210,11 @@ class SaveTurn:
     def together(cls, sql: Statements, jobs: list[SaveTurn]) -> list[int]:
         continued = sorted({job.exchange_id for job in jobs if job.exchange_id is not None})
         present: set[int] = set()
-        for start in range(0, len(continued), IDS_A_STATEMENT):
-            chunk = continued[start : start + IDS_A_STATEMENT]
-            marks = ", ".join(["%s"] * len(chunk))
-            found = sql.rows(f"SELECT id FROM {EXCHANGES} WHERE id IN ({marks})", chunk)
-            touched = [int(pk) for (pk,) in found]
+        for chunk, count in each_chunk(continued, 1):
+            touched = [int(pk) for (pk,) in sql.rows(in_sql(FIND_EXCHANGES, count), chunk)]
             if touched:  # most recent conversations list first
-                marks = ", ".join(["%s"] * len(touched))
                 now = sql.now(ChatExchange, "updated_at")
-                sql.run(
-                    f"UPDATE {EXCHANGES} SET updated_at = %s WHERE id IN ({marks})", [now, *touched]
-                )
+                sql.run(in_sql(TOUCH_EXCHANGES, len(touched)), [now, *touched])
             present.update(touched)
         new = [job for job in jobs if job.exchange_id not in present]
         made = iter(
