@@ -94,24 +94,24 @@ class WebSocketApplication:
 
 
 websocket_application = WebSocketApplication()
-# Every request is counted and logged (serving.telemetry); /sessions/{key}/... binds the
-# rest of the path to a session; a reply route's request then goes straight to its handler
-# (which refuses a NUL character in the path or query itself); any other request meets the
-# PathGuard, then Django or Channels.
-application = Observed(
-    SessionPrefix(
-        ReplyRouter(
-            reply_routes,
-            later=LaterRoutes(LATER_SEGMENTS, later_reply_routes),
-            app=PathGuard(
+# /sessions/{key}/... binds the rest of the path to a session; a reply route's request then
+# goes straight to its handler (which refuses a NUL character in the path or query itself,
+# and counts and logs its request); any other request is counted and logged by Observed
+# (serving.telemetry), then meets the PathGuard, then Django or Channels.
+application = SessionPrefix(
+    ReplyRouter(
+        reply_routes,
+        later=LaterRoutes(LATER_SEGMENTS, later_reply_routes),
+        app=Observed(
+            PathGuard(
                 ProtocolTypeRouter(
                     {
                         "http": RequestGuard(http_application),
                         "websocket": websocket_application,
                     }
                 )
-            ),
-        )
+            )
+        ),
     )
 )
 

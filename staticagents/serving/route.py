@@ -33,9 +33,11 @@ from staticagents.core.replies import Fault
 from staticagents.core.storable import MAX_DEPTH, NUL_PROBLEM, nul_in_json, too_deep_in_json
 from staticagents.core.timing import TimedFrame
 from staticagents.replying.journal import journal
+from staticagents.replying.recorded import current_request
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
 from staticagents.serving.stream import CutOff, Faulted, send_paced
+from staticagents.serving.telemetry import Observation, finished
 from staticagents.serving.turns import turnstile
 from staticagents.serving.watchlist import watchlist
 
@@ -109,7 +111,7 @@ class ReplyRoute:
     def __init__(self, scope: Scope, send: Send) -> None:
         self.scope = scope
         self._send = send
-        self.headers_sent = False
+        self.observation = Observation()  # for the metrics and the access log
         self.entry_id: int | None = None  # the journal entry, marked if the client leaves
         self.fault: Fault | None = None  # the reply's scripted stream fault
         self.phase = READING
@@ -176,20 +178,29 @@ class ReplyRoute:
     # -- ASGI plumbing -------------------------------------------------------------
 
     async def run(self, receive: Receive) -> None:
-        refused = self.admission()
-        if refused is not None:
-            await self.send_json(refused.status, self.error_body(refused))
-            return
-        body = await self.read_body(receive)
-        if body is None:
-            return  # refused, or the client left before its body arrived
-        # The running loop, found once: each lookup is a system call (getpid) on Python 3.11.
-        self.loop = loop = asyncio.get_running_loop()
-        waiting = turnstile(loop).ticket()
-        if waiting is not None:
-            await waiting
-        self._receive, self._main = receive, asyncio.current_task(loop)
+        """Serve the request, and count and log it when it ends (``serving.telemetry``)."""
+        reset = current_request.set(self.observation)  # the journal notes its entry there
         try:
+            await self.handle(receive)
+        finally:
+            current_request.reset(reset)
+            finished(self.scope, self.observation)
+
+    async def handle(self, receive: Receive) -> None:
+        try:
+            refused = self.admission()
+            if refused is not None:
+                await self.send_json(refused.status, self.error_body(refused))
+                return
+            body = await self.read_body(receive)
+            if body is None:
+                return  # refused, or the client left before its body arrived
+            # The running loop, found once: each lookup is a system call (getpid) on 3.11.
+            self.loop = loop = asyncio.get_running_loop()
+            waiting = turnstile(loop).ticket()
+            if waiting is not None:
+                await waiting
+            self._receive, self._main = receive, asyncio.current_task(loop)
             await self.respond(body)
         except RequestRejected as rejection:
             await self.reject(rejection)
@@ -276,6 +287,15 @@ class ReplyRoute:
     # -- helpers for dialects ------------------------------------------------------
 
     @property
+    def headers_sent(self) -> bool:
+        return self.observation.status != 0
+
+    async def send_start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """Start a response whose body follows in pieces (``send_chunk``, ``end_stream``)."""
+        self.observation.responds(status)
+        await self._send({"type": "http.response.start", "status": status, "headers": [*headers]})
+
+    @property
     def request_headers(self) -> dict[str, str]:
         if self._headers is None:
             self._headers = {
@@ -288,7 +308,7 @@ class ReplyRoute:
         self, status: int, payload: Any, headers: Iterable[tuple[bytes, bytes]] = ()
     ) -> None:
         body = orjson.dumps(payload)
-        self.headers_sent = True
+        self.observation.responds(status)
         await self._send(
             {
                 "type": "http.response.start",
@@ -298,21 +318,13 @@ class ReplyRoute:
         )
         await self._send({"type": "http.response.body", "body": body})
 
-    async def send_start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
-        """Start a response whose body follows in pieces (``send_chunk``, ``end_stream``)."""
-        self.headers_sent = True
-        await self._send({"type": "http.response.start", "status": status, "headers": [*headers]})
-
     async def start_sse(
         self, headers: Iterable[tuple[bytes, bytes]] = (), *, watch: bool = True
     ) -> None:
         """Start the response of a stream; ``watch=False`` for one sent whole at once."""
         if watch:
             self.watch()  # a stream lasts: a client that leaves it stops it
-        self.headers_sent = True
-        await self._send(
-            {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
-        )
+        await self.send_start(200, [*SSE_HEADERS, *headers])
 
     async def send_chunk(self, data: bytes) -> None:
         await self._send({"type": "http.response.body", "body": data, "more_body": True})

@@ -1,9 +1,10 @@
 """The lean router in front of the service: a reply route's request goes straight to its handler.
 
 The model-dialect routes, the ADK routes and the Galaxy stream are plain ASGI
-handlers (``serving.route.ReplyRoute``); ``staticagents/asgi.py`` lists them.
-Every other request (the Galaxy API, the control API, the admin) and every
-WebSocket goes on to the application behind the router.
+handlers (``serving.route.ReplyRoute``, or an app that picks one); ``staticagents/asgi.py``
+lists them. Each counts and logs its own request (``ReplyRoute.run``). Every other
+request (the Galaxy API, the control API, the admin) and every WebSocket goes on to
+the application behind the router, which ``serving.telemetry.Observed`` wraps.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from django.urls import URLPattern
 
 from staticagents.serving.route import Receive, Scope, Send
+from staticagents.serving.telemetry import Observed, failing
 
 # (handler, url_route, the methods it takes or None for all), or no reply route
 Resolved = tuple[Any, dict[str, Any], frozenset[str] | None] | None
@@ -71,7 +73,11 @@ class ReplyRouter:
             try:
                 resolved = self.resolved[path]
             except KeyError:
-                resolved = self.resolve(path)
+                try:
+                    resolved = self.resolve(path)
+                except Exception as error:  # answered as any request that failed: a JSON 500
+                    await Observed(failing(error))(scope, receive, send)
+                    return
             if resolved is not None:
                 handler, route, methods = resolved
                 if methods is None or scope["method"] in methods:

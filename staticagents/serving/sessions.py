@@ -16,10 +16,13 @@ path belongs to (on a WebSocket, an ``error`` event and close code 4400).
 
 from __future__ import annotations
 
+import functools
+
 import orjson
 
 from staticagents.serving.fallback import error_body
 from staticagents.serving.guards import ASGIApp, Receive, Scope, Send
+from staticagents.serving.telemetry import Observed
 
 PREFIX = "/sessions/"
 HEADER = b"x-static-session"
@@ -63,7 +66,8 @@ class SessionPrefix:
         key = path[start + len(PREFIX) : end]
         problem = key_problem(key)
         if problem is not None:
-            await refuse(scope, receive, send, path[end:], f"{problem} (in {path})")
+            refusal = functools.partial(refuse, rest=path[end:], message=f"{problem} (in {path})")
+            await Observed(refusal)(scope, receive, send)  # counted and logged as any request
             return
         headers = [(name, value) for name, value in scope["headers"] if name.lower() != HEADER]
         headers.append((HEADER, key.encode("ascii")))

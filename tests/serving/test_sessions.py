@@ -246,7 +246,7 @@ def test_the_routers_path_cache_holds_routes_not_sessions(live_url: str, load_ru
         answered = httpx.post(f"{live_url}/sessions/s{n}/v1/chat/completions", json=message)
         assert answered.json()["choices"][0]["message"]["content"] == "x"
 
-    cached = application.app.app.resolved  # Observed(SessionPrefix(ReplyRouter))
+    cached = application.app.resolved  # SessionPrefix(ReplyRouter)
     assert "/v1/chat/completions" in cached
     assert not [path for path in cached if path.startswith("/sessions/")]
 

@@ -173,10 +173,7 @@ class StreamGenerateContentRoute(GenerateContentRoute):
 
     async def start_json_stream(self, headers: list[tuple[bytes, bytes]]) -> None:
         self.watch()  # a stream lasts: a client that leaves it stops it
-        self.headers_sent = True
-        await self._send(
-            {"type": "http.response.start", "status": 200, "headers": [JSON_STREAM_TYPE, *headers]}
-        )
+        await self.send_start(200, [JSON_STREAM_TYPE, *headers])
 
 
 class CountTokensRoute(GeminiRoute):
