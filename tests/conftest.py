@@ -46,6 +46,7 @@ class LiveServer:
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
+            access_log=False,  # as serve runs it: the access log is serving.telemetry's
             lifespan="off",
             http=ServiceHttpProtocol,
             ws=websocket_protocol,  # type: ignore[arg-type]

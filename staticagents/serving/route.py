@@ -36,6 +36,7 @@ from staticagents.replying.journal import journal
 from staticagents.replying.recorded import current_request
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
+from staticagents.serving.protocol import RESPOND_WHOLE
 from staticagents.serving.stream import CutOff, Faulted, send_paced
 from staticagents.serving.telemetry import Observation, finished
 from staticagents.serving.turns import turnstile
@@ -50,6 +51,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 JSON_TYPE = (b"content-type", b"application/json")
+NO_EXTENSIONS: dict[str, Any] = {}
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -309,6 +311,11 @@ class ReplyRoute:
     ) -> None:
         body = orjson.dumps(payload)
         self.observation.responds(status)
+        respond_whole = self.scope.get("extensions", NO_EXTENSIONS).get(RESPOND_WHOLE)
+        if respond_whole is not None and respond_whole(
+            self._send, status, [JSON_TYPE, *headers], body
+        ):
+            return
         await self._send(
             {
                 "type": "http.response.start",
