@@ -27,7 +27,10 @@ too long.
 A reply sent whole (a JSON body) need not be two ASGI messages either: the scope's
 extension ``RESPOND_WHOLE`` sends head and body in one call, with no await, no
 message dicts and no second pass over the headers (``ServiceCycle.respond_whole``);
-it cost a reply 3 µs of its 74 under wrk (bench/README.md, "sixth session").
+and ``BODY_ARRIVED`` hands over a request body that has all arrived, where
+``receive`` would wait on an event already set and copy it into a message
+(``ServiceCycle.body_arrived``). Together they cost a reply about 3 µs of its 74
+under wrk (bench/README.md, "sixth session").
 
 The WebSocket protocol (``serving.websocket_protocol``) sends several messages in
 one write (``SEND_MANY``), for a stream's messages due at once.
@@ -57,6 +60,10 @@ SEND_MANY = "static_agents.websocket.send_many"
 # ``respond_whole(send, status, headers, body) -> bool``, for the request's own ``send``:
 # False, when the response must go as ASGI messages after all.
 RESPOND_WHOLE = "static_agents.http.respond_whole"
+# And ``scope["extensions"][BODY_ARRIVED]`` is ``body_arrived(receive) -> bytes | None``:
+# the whole request body when it has all arrived and nothing read it yet; else None
+# (then read it with ``receive``).
+BODY_ARRIVED = "static_agents.http.body_arrived"
 
 
 def error_json(message: str, status: int = 400) -> bytes:
@@ -164,6 +171,23 @@ keep_alive_timers = LoopLocal(KeepAliveTimer)
 class ServiceCycle(RequestResponseCycle):
     """uvicorn's request-response cycle, with ``respond_whole`` (see the module doc)."""
 
+    def body_arrived(self) -> bytes | None:
+        """The whole body, taken as ``receive`` takes it (0.55), if it has all arrived and
+        nothing took it yet: the parser marked the message complete and set the event
+        ``receive`` would wait on."""
+        if (
+            self.more_body
+            or not self.message_event.is_set()
+            or self.waiting_for_100_continue
+            or self.disconnected
+            or self.response_complete
+        ):
+            return None
+        self.message_event.clear()
+        body = bytes(self.body)
+        self.body = bytearray()
+        return body
+
     def respond_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
         """Send the whole response now (its content-length added here); False, when it
         must be sent as ASGI messages after all: it began already, the client reads too
@@ -201,18 +225,25 @@ class ServiceCycle(RequestResponseCycle):
         return True
 
 
-def respond_whole(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
-    """``ServiceCycle.respond_whole`` for the cycle whose ``send`` this is (else False).
+# The extensions name these functions rather than the cycle's methods: the scope would
+# then hold the cycle that holds the scope, a reference cycle a request that only the
+# cyclic collector frees (under load, a pause of a second at each collection).
 
-    The extension names this function rather than the cycle's method: the scope would
-    then hold the cycle that holds the scope, a reference cycle a request that only the
-    cyclic collector frees (under load, a pause of a second at each collection)."""
+
+def respond_whole(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+    """``ServiceCycle.respond_whole`` for the cycle whose ``send`` this is (else False)."""
     cycle = getattr(send, "__self__", None)
     return isinstance(cycle, ServiceCycle) and cycle.respond_whole(status, headers, body)
 
 
+def body_arrived(receive: Any) -> bytes | None:
+    """``ServiceCycle.body_arrived`` for the cycle whose ``receive`` this is (else None)."""
+    cycle = getattr(receive, "__self__", None)
+    return cycle.body_arrived() if isinstance(cycle, ServiceCycle) else None
+
+
 # Every request's: read-only, as it is shared.
-HTTP_EXTENSIONS = MappingProxyType({RESPOND_WHOLE: respond_whole})
+HTTP_EXTENSIONS = MappingProxyType({RESPOND_WHOLE: respond_whole, BODY_ARRIVED: body_arrived})
 
 
 class ServiceHttpProtocol(HttpToolsProtocol):

@@ -36,7 +36,7 @@ from staticagents.replying.journal import journal
 from staticagents.replying.recorded import current_request
 from staticagents.serving import access
 from staticagents.serving.pacer import pacer
-from staticagents.serving.protocol import RESPOND_WHOLE
+from staticagents.serving.protocol import BODY_ARRIVED, RESPOND_WHOLE
 from staticagents.serving.stream import CutOff, Faulted, send_paced
 from staticagents.serving.telemetry import Observation, finished
 from staticagents.serving.turns import turnstile
@@ -222,21 +222,25 @@ class ReplyRoute:
 
     async def read_body(self, receive: Receive) -> bytes | None:
         """The whole request body, or None when it was refused or the client left."""
-        chunks: list[bytes] = []
-        size, limit = 0, settings.STATIC_AGENTS_MAX_BODY_BYTES
-        while True:
+        limit = settings.STATIC_AGENTS_MAX_BODY_BYTES
+        arrived = self.scope.get("extensions", NO_EXTENSIONS).get(BODY_ARRIVED)
+        body: bytes | None = arrived(receive) if arrived is not None else None  # no message
+        if body is not None and len(body) <= limit:
+            return body
+        chunks: list[bytes] = [] if body is None else [body]
+        size = 0 if body is None else len(body)
+        while size <= limit:
             message = await receive()
             if message["type"] != "http.request":
                 return None  # http.disconnect
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit:
-                rejection = self.too_large()
-                await self.send_json(rejection.status, self.error_body(rejection))
-                return None
             chunks.append(chunk)
-            if not message.get("more_body"):
+            if not message.get("more_body") and size <= limit:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        rejection = self.too_large()
+        await self.send_json(rejection.status, self.error_body(rejection))
+        return None
 
     def watch(self) -> None:
         """Start listening for the client leaving (once; it ends with the response)."""

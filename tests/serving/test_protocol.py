@@ -15,6 +15,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from staticagents.serving.protocol import (
+    BODY_ARRIVED,
     RESPOND_WHOLE,
     SEND_MANY,
     HeadWithBody,
@@ -468,3 +469,63 @@ def test_a_reply_sent_whole_leaves_no_reference_cycle_behind() -> None:
         assert cycle() is None
     finally:
         gc.enable()
+
+
+# -- a request body that has all arrived (BODY_ARRIVED) ---------------------------------
+
+
+def body_app(taken: list[Any]) -> Any:
+    """An app that takes its body as it arrived (else by ``receive``), answers, and then
+    listens as a disconnect watcher does."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = scope["extensions"][BODY_ARRIVED](receive)
+        taken.append(body)
+        if body is None:
+            message = await receive()
+            taken.append(message["body"])
+        start = {"type": "http.response.start", "status": 200}
+        await send({**start, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+        taken.append((await receive())["type"])  # the response is complete: a disconnect
+
+    return app
+
+
+def test_a_body_that_has_all_arrived_is_taken_without_receive() -> None:
+    taken: list[Any] = []
+    transport = served(body_app(taken), POST)
+
+    assert taken == [b"{}", "http.disconnect"]
+    assert transport.writes[0].endswith(b"\r\n\r\nok")
+
+
+def test_a_body_still_arriving_or_awaiting_a_100_continue_is_read_with_receive() -> None:
+    partial: list[Any] = []
+    protocols: list[ServiceHttpProtocol] = []
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+    transport = Connection()
+
+    async def main() -> None:
+        config = uvicorn.Config(body_app(partial), lifespan="off", access_log=False)
+        config.load()
+        loop = asyncio.get_running_loop()
+        protocol = ServiceHttpProtocol(
+            config=config, server_state=ServerState(), app_state={}, _loop=loop
+        )
+        protocols.append(protocol)
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        protocol.data_received(head)  # the body comes later
+        for _ in range(3):
+            await asyncio.sleep(0)
+        protocol.data_received(b"{}")
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert partial == [None, b"{}", "http.disconnect"]
+
+    expecting: list[Any] = []
+    continued = POST.replace(b"Host: x\r\n", b"Host: x\r\nExpect: 100-continue\r\n")
+    served(body_app(expecting), continued)
+    assert expecting == [None, b"{}", "http.disconnect"]
