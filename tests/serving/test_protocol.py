@@ -404,17 +404,22 @@ def test_replies_sent_whole_answer_pipelined_requests_in_turn() -> None:
 
 def test_a_reply_sent_whole_closes_a_connection_the_client_asked_to_close() -> None:
     closing = POST.replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n")
-    transport = served(whole_app(), closing)
+    protocols: list[ServiceHttpProtocol] = []
+    transport = served(whole_app(), closing, protocols=protocols)
 
     [reply] = transport.writes
     assert b"\r\nconnection: close\r\n" in reply and transport.closed
+    assert protocols[0].cycle.scope["state"]["sent whole"] is True
 
 
 def test_a_head_request_gets_the_length_of_a_reply_sent_whole_but_not_its_body() -> None:
-    transport = served(whole_app(200), b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")
+    protocols: list[ServiceHttpProtocol] = []
+    head = b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"
+    transport = served(whole_app(200), head, protocols=protocols)
 
     [reply] = transport.writes
     assert b"content-length: 7\r\n" in reply and reply.endswith(b"\r\n\r\n")
+    assert protocols[0].cycle.scope["state"]["sent whole"] is True
 
 
 def test_a_reply_goes_as_asgi_messages_when_it_cannot_go_whole() -> None:
