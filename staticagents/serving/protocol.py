@@ -39,13 +39,12 @@ one write (``SEND_MANY``), for a stream's messages due at once.
 from __future__ import annotations
 
 import asyncio
+import re
 from types import MappingProxyType
 from typing import Any, cast
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import (
-    HEADER_RE,
-    HEADER_VALUE_RE,
     STATUS_LINE,
     HttpToolsProtocol,
     RequestResponseCycle,
@@ -199,16 +198,15 @@ class ServiceCycle(RequestResponseCycle):
             or self.response_started
             or self.flow.write_paused
             or self.disconnected
-            or HEADER_RE.search(b"".join([name for name, _ in headers]))
-            or HEADER_VALUE_RE.search(b"".join([value for _, value in headers]))
         ):
+            return False
+        lines = b"".join([name + b": " + value + b"\r\n" for name, value in headers])
+        if HEADER_LINES.fullmatch(lines) is None:
             return False
         # What uvicorn's ``send`` does for the response's start and its last body (0.55).
         self.response_started = True
         self.waiting_for_100_continue = False
-        head = [status_line]
-        for name, value in (*self.default_headers, *headers):
-            head += (name, b": ", value, b"\r\n")
+        head = [status_line, server_lines(self.default_headers), lines]
         head.append(b"content-length: %d\r\n" % len(body))
         if not self.keep_alive:
             head.append(b"connection: close\r\n")
@@ -224,6 +222,26 @@ class ServiceCycle(RequestResponseCycle):
             self.transport.close()
         self.on_response()
         return True
+
+
+# Header lines as HTTP allows them: a name with no separator or control character, and
+# a value with no control character but tab (what uvicorn's ``send`` checks of each
+# header, in one pass over all of them).
+HEADER_LINES = re.compile(
+    rb'(?:[^\x00-\x1f\x7f()<>@,;:\[\]={} \t\\"]+: [^\x00-\x08\x0a-\x1f\x7f]*\r\n)*'
+)
+_server_lines: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")
+
+
+def server_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The server's own header lines (its date and configured headers), made once for
+    each list of them: uvicorn makes a new list as the date changes, once a second."""
+    global _server_lines
+    made, lines = _server_lines
+    if made is not headers:
+        lines = b"".join([name + b": " + value + b"\r\n" for name, value in headers])
+        _server_lines = (headers, lines)
+    return lines
 
 
 # The extensions name these functions rather than the cycle's methods: the scope would

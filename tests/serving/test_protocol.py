@@ -394,6 +394,14 @@ def test_a_reply_sent_whole_is_one_write_with_the_servers_headers_and_its_length
     assert protocol.idle_since is not None and not transport.closed  # kept alive
 
 
+def test_a_reply_sent_whole_carries_the_servers_date_of_the_moment() -> None:
+    # The server makes a new list of its headers as the date changes: each reply has its own.
+    for second in ("00", "01", "00"):
+        server = [(b"date", b"Sat, 05 Dec 2026 18:00:%s GMT" % second.encode())]
+        [reply] = served(whole_app(), POST, default_headers=server).writes
+        assert b"\r\ndate: Sat, 05 Dec 2026 18:00:%s GMT\r\n" % second.encode() in reply
+
+
 def test_replies_sent_whole_answer_pipelined_requests_in_turn() -> None:
     protocols: list[ServiceHttpProtocol] = []
     transport = served(whole_app(), POST * 3, protocols=protocols)
