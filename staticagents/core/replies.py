@@ -92,6 +92,9 @@ class Step:
     request: int = 0  # a chaos response's request number in the session (from 1)
 
 
+FIRST_STEP = Step()  # a rule with no session state answers with its first response
+
+
 def select_response(rule: CompiledRule, step: Step) -> Mapping[str, Any] | None:
     """The response at ``step``; None when the script is exhausted and must fail."""
     if step.index < len(rule.responses):
@@ -102,7 +105,7 @@ def select_response(rule: CompiledRule, step: Step) -> Mapping[str, Any] | None:
 
 
 def build_reply(
-    ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step = Step()
+    ruleset: Ruleset, inquiry: Inquiry, rule: CompiledRule | None, step: Step = FIRST_STEP
 ) -> Reply:
     reply = _build_reply(ruleset, inquiry, rule, step)
     if step.request and rule is not None and reply.error is None:

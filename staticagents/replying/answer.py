@@ -30,7 +30,7 @@ from staticagents.core.matching import (
     match_inquiry,
 )
 from staticagents.core.regexes import Deadline
-from staticagents.core.replies import Reply, Step, build_reply
+from staticagents.core.replies import FIRST_STEP, Reply, Step, build_reply
 from staticagents.core.routing import RECORD_ON_MISS, Target
 from staticagents.core.values import value_class
 from staticagents.models import SessionCounter
@@ -64,7 +64,7 @@ def answer_inquiry(inquiry: Inquiry, *, route: str, body: bytes | str = b"") -> 
     rule = match_inquiry(ruleset, inquiry, deadline)
     if target is not None and rule is None:
         return _proxy(inquiry, target, route=route, body=body, started=started)
-    step = next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
+    step = next_step(rule, inquiry) if rule is not None and rule.stateful else FIRST_STEP
     reply = build_reply(ruleset, inquiry, rule, step)
     if not settings.STATIC_AGENTS_JOURNAL:
         return Answer(reply, None)
@@ -102,7 +102,7 @@ async def aanswer_inquiry(
     rule = await amatch(ruleset, inquiry, deadline)
     if target is not None and rule is None:
         return await _aproxy(inquiry, target, route=route, body=body, started=started, then=then)
-    step = Step()
+    step = FIRST_STEP
     if rule is not None and rule.stateful:
         advanced = loop_counters.advance(rule, inquiry) if _plain_sequence(rule) else None
         if advanced is not None:

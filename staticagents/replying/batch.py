@@ -19,7 +19,7 @@ from staticagents.conf import settings
 from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import CompiledRule, Ruleset, match_inquiry
 from staticagents.core.regexes import Deadline
-from staticagents.core.replies import Reply, Step, build_reply
+from staticagents.core.replies import FIRST_STEP, Reply, Step, build_reply
 from staticagents.core.values import value_class
 from staticagents.replying.answer import counter_threads, journal_entry, next_step
 from staticagents.replying.journal import journal
@@ -63,7 +63,7 @@ async def aanswer_inquiries(
     if any(rule is not None and rule.stateful for rule in rules):
         steps = await counter_threads.run(next_steps, rules, inquiries)
     else:
-        steps = [Step()] * len(rules)
+        steps = [FIRST_STEP] * len(rules)
     replies = tuple(
         build_reply(ruleset, inquiry, rule, step)
         for inquiry, rule, step in zip(inquiries, rules, steps, strict=True)
@@ -97,7 +97,7 @@ async def _matched(
 def next_steps(rules: Sequence[CompiledRule | None], inquiries: Sequence[Inquiry]) -> list[Step]:
     """``next_step`` for each inquiry whose rule keeps session state, in order."""
     return [
-        next_step(rule, inquiry) if rule is not None and rule.stateful else Step()
+        next_step(rule, inquiry) if rule is not None and rule.stateful else FIRST_STEP
         for rule, inquiry in zip(rules, inquiries, strict=True)
     ]
 
