@@ -117,7 +117,7 @@ def finished(scope: Scope, observation: Observation) -> None:
     status = observation.status or 500
     dialect = observation.dialect or dialect_of(scope)
     ended = perf_counter()
-    request_tally.count(
+    request_tally().count(
         dialect, observation.outcome, status, (observation.began or ended) - observation.started
     )
     if access_log.isEnabledFor(logging.INFO):
