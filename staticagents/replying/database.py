@@ -34,6 +34,17 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 log = logging.getLogger(__name__)
 
+
+def _null(value: None) -> None:
+    return None
+
+
+# sqlite3 binds a None only after looking for an adapter, and with none registered it
+# asks the protocol and the value for ``__adapt__`` and ``__conform__``, each lookup
+# making and dropping an AttributeError: 300 ns a NULL, two in every journal row. With
+# this adapter (None stays None, bound as NULL) it is one dictionary lookup.
+sqlite3.register_adapter(type(None), _null)
+
 P = TypeVar("P")
 R = TypeVar("R")
 A = ParamSpec("A")
