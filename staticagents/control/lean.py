@@ -220,6 +220,8 @@ def _fixture(
     params = _query(scope["query_string"])
     if params is None or set(params) != {"session"} or not SESSION_KEY.match(params["session"]):
         return None
+    if on_loop and not last_replace.last_body(body):
+        return None  # a replace that writes rules: the thread's, with not a statement here
     reset = SessionReset(params["session"])
 
     def job(run: Statements) -> dict[str, Any] | None:

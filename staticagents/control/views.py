@@ -445,6 +445,11 @@ class LastReplace:
         is the one the replace leaves, as no other write can commit before it."""
         self._remembered = (self.digest(body), rules_stamp(), result)
 
+    def last_body(self, body: bytes) -> bool:
+        """Whether ``body`` is the last replace's (the rules may have changed since)."""
+        remembered = self._remembered
+        return remembered is not None and remembered[0] == self.digest(body)
+
     def unchanged(self, body: bytes, stamp: str | None = None) -> ImportResult | None:
         """What replacing with ``body`` again does (nothing), or None when it must run;
         ``stamp``: the rules' stamp, when the caller read it already."""

@@ -16,6 +16,7 @@ from staticagents.core.inquiry import Inquiry
 from staticagents.core.matching import match_inquiry
 from staticagents.document.files import load_fixture
 from staticagents.models import JournalEntry, Rule, RulesetVersion, SessionScript
+from staticagents.replying.journal import journal
 from staticagents.replying.snapshot import active_ruleset
 from staticagents.selectors import export_document
 from tests.conftest import CONTROL_TOKEN
@@ -285,7 +286,9 @@ def test_the_kit_calls_on_the_loop_are_the_views_own(loop_hop: Any) -> None:
         assert on_loop(scope("DELETE", "/control/sessions/x", authorization=refused)) is None
 
 
-def test_the_same_fixture_again_on_the_loop_is_the_views_own(loop_hop: Any) -> None:
+def test_the_same_fixture_again_on_the_loop_is_the_views_own(
+    loop_hop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     put = scope("PUT", "/control/fixture", b"session=mine", body=FIXTURE, authorization=TOKEN)
     assert on_loop(put, FIXTURE) is None  # a first replace: the view's work, on a thread
     loop_hop.respond(put, FIXTURE)
@@ -298,7 +301,12 @@ def test_the_same_fixture_again_on_the_loop_is_the_views_own(loop_hop: Any) -> N
     entry("mine", "before another fixture")
     changed = FIXTURE.replace(b"Hi", b"Hello")
     other = scope("PUT", "/control/fixture", b"session=mine", body=changed, authorization=TOKEN)
-    assert on_loop(other, changed) is None
+
+    def no_statement(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a fixture the loop cannot answer ran a statement there")
+
+    monkeypatch.setattr(journal, "run_on_loop", no_statement)
+    assert on_loop(other, changed) is None  # the thread's, declined before any statement
     assert JournalEntry.objects.filter(session="mine").exists()  # nothing done
 
 
