@@ -49,7 +49,7 @@ The writer keeps the journal within bounds, read when it writes or prunes:
 
 * an entry stores at most ``STATIC_AGENTS_JOURNAL_BODY_BYTES`` of its body and
   as many of its query; ``body_bytes`` keeps the body's whole length (more than
-  it stores: truncated) and ``size`` what the two take (``bounded``);
+  it stores: truncated) and ``size`` what the two take (``bounds.bounded``);
 * the journal keeps about ``STATIC_AGENTS_JOURNAL_MAX`` entries and
   ``STATIC_AGENTS_JOURNAL_MAX_BYTES`` of bodies and queries: every
   ``prune_interval(cap)`` entries or 1% of the byte budget this process writes,
@@ -89,6 +89,7 @@ from django.db.models import Field
 from staticagents.conf import settings
 from staticagents.models import JournalEntry
 from staticagents.replying import live
+from staticagents.replying.bounds import cut
 from staticagents.replying.database import RoundThread, connect_sqlite, sqlite_file
 from staticagents.replying.recorded import note_entry, note_outcome
 
@@ -106,38 +107,6 @@ def prune_interval(cap: int) -> int:
     same CPU (bench/README.md, "seventh session").
     """
     return max(1, min(300, cap // 100))
-
-
-def bounded(entry: Entry, limit: int) -> Entry:
-    """``entry`` with at most ``limit`` bytes of its body and of its query (UTF-8, cut
-    between characters), its body's whole length (``body_bytes``) and the bytes the two
-    take (``size``). The body may be given as bytes: only what is kept is decoded."""
-    body, body_bytes = _cut(entry.get("body", ""), limit)
-    query, query_bytes = _cut(entry.get("query", ""), limit)
-    kept = min(body_bytes, limit) + min(query_bytes, limit)
-    return {**entry, "body": body, "query": query, "body_bytes": body_bytes, "size": kept}
-
-
-def _cut(value: Any, limit: int) -> tuple[Any, int]:
-    """At most ``limit`` bytes of ``value`` as text, and its whole length in bytes
-    (anything but text or bytes goes as it is, for the database to judge)."""
-    if type(value) is str and value.isascii():  # a query, mostly: first, as cheaply as can be
-        length = len(value)
-        return (value, length) if length <= limit else (value[:limit], length)
-    if isinstance(value, bytes):
-        length = len(value)
-        if length <= limit:
-            return value.decode("utf-8", "replace"), length
-        return value[:limit].decode("utf-8", "ignore"), length  # no half character at the cut
-    if not isinstance(value, str):
-        return value, 0
-    is_ascii = value.isascii()
-    length = len(value) if is_ascii else len(value.encode())
-    if length <= limit:
-        return value, length
-    if is_ascii:
-        return value[:limit], length
-    return value.encode()[:limit].decode("utf-8", "ignore"), length
 
 
 class NotOnLoop(Exception):
@@ -992,12 +961,13 @@ class _Table:
 
         An absent field takes its default; an ``auto_now(_add)`` one the time of the
         insert, read once for the statement. With ``limit`` (the journal's own rows), each
-        row is stored ``bounded``: its values are cut here, the entry is not copied.
+        row is stored as ``bounds.bounded`` makes it: its values are cut here (``bounds.cut``),
+        the entry is not copied.
         """
         columns = self.columns
         plain_names, plain_defaults = columns.plain_names, columns.plain_defaults
         adapted = [(c.name, c.default, c.adapt, c.field) for c in columns.adapted]
-        cut, most = (self.bounds, limit) if limit is not None else (None, 0)
+        places, most = (self.bounds, limit) if limit is not None else (None, 0)
         for start in range(0, len(entries), _BATCH):
             chunk = entries[start : start + _BATCH]
             now: dict[type[Field[Any, Any]], Any] = {}
@@ -1008,10 +978,10 @@ class _Table:
                 # The columns that go as they are, in one pass in C; then the adapted ones.
                 row = len(values)
                 extend(map(entry.get, plain_names, plain_defaults))
-                if cut is not None:
-                    at_body, at_query, at_body_bytes, at_size = cut
-                    body, body_bytes = _cut(values[row + at_body], most)
-                    query, query_bytes = _cut(values[row + at_query], most)
+                if places is not None:
+                    at_body, at_query, at_body_bytes, at_size = places
+                    body, body_bytes = cut(values[row + at_body], most)
+                    query, query_bytes = cut(values[row + at_query], most)
                     size = (body_bytes if body_bytes < most else most) + (
                         query_bytes if query_bytes < most else most
                     )

@@ -46,7 +46,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from staticagents.conf import settings
 from staticagents.models import JournalEntry
-from staticagents.replying import journal as _journal  # which imports this module: used late
+from staticagents.replying.bounds import bounded
 from staticagents.serving.loop_local import LoopLocal
 from staticagents.serving.metrics import LIVE_DROPPED
 
@@ -130,7 +130,7 @@ def is_fallback(entry: Mapping[str, Any]) -> bool:
 def entry_event(entry_id: int, entry: Entry, created_at: str, limit: int) -> dict[str, Any]:
     """The entry as the control API lists it (body and query cut to ``limit`` bytes, as the
     journal keeps them)."""
-    kept = _journal.bounded(entry, limit)
+    kept = bounded(entry, limit)
     event = {name: kept.get(name) for name in JournalEntry.API_FIELDS}
     event.update(id=entry_id, created_at=created_at, body_bytes=kept["body_bytes"])
     event["body_truncated"] = kept["body_bytes"] > limit
