@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import kit, matching, replies, stream_drift, surfaces
-from bench.servers import ROOT
+from bench.servers import ROOT, machine
 
 
 def own_process(module: str) -> list[dict[str, Any]]:
@@ -100,6 +100,7 @@ def main() -> None:
             lambda: kit.startup_rows(3, [("this", ROOT)]),
         ),
     }
+    print(machine([ROOT] if args.baseline is None else [ROOT, args.baseline]), flush=True)
     for name in args.only.split(","):
         title, work = sections[name.strip()]
         print(markdown(title, work()), flush=True)

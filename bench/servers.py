@@ -78,6 +78,37 @@ class Server:
         self.stop()
 
 
+def python_of(tree: Path) -> str:
+    """The interpreter ``tree`` is served on: its own ``.venv``'s, if it has one, else this one."""
+    python = tree / ".venv" / "bin" / "python"
+    return str(python) if tree != ROOT and python.exists() else sys.executable
+
+
+def machine(trees: list[Path]) -> str:
+    """The CPU, and the interpreter each tree runs on (and aimock's Node): a ratio between
+    servers on different runtimes moves with both (bench/README.md, "a slower machine")."""
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [
+        line.split(":", 1)[1].strip()
+        for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+        if line.startswith("model name")
+    ]
+    lines = [f"Machine: {models[0] if models else 'an unknown CPU'}, {os.cpu_count()} cores"]
+    for tree in trees:
+        python = python_of(tree)
+        version = _version([python, "-c", "import sys; print(sys.version.split()[0])"])
+        name = "this checkout" if tree == ROOT else tree.name
+        lines.append(f"Python of {name}: {version}, {os.path.realpath(python)}")
+    node = shutil.which("node")
+    if node is not None:
+        lines.append(f"Node (aimock): {_version([node, '--version'])}")
+    return "\n".join(f"* {line}" for line in lines) + "\n"
+
+
+def _version(command: list[str]) -> str:
+    return subprocess.run(command, capture_output=True, text=True).stdout.strip() or "unknown"
+
+
 def serve(
     name: str,
     *,
@@ -92,9 +123,7 @@ def serve(
     ``tree`` is another checkout to serve instead of this one (an earlier version,
     to compare with in the same run); it runs on its own ``.venv`` when it has one.
     """
-    python = tree / ".venv" / "bin" / "python"
-    executable = str(python) if tree != ROOT and python.exists() else sys.executable
-    command = [executable, "manage.py", "serve", "--port", "{port}", "--workers", str(workers)]
+    command = [python_of(tree), "manage.py", "serve", "--port", "{port}", "--workers", str(workers)]
     if fixture is not None:
         command += ["--fixture", str(fixture)]
     return Server(
