@@ -85,8 +85,8 @@ def python_of(tree: Path) -> str:
 
 
 def machine(trees: list[Path]) -> str:
-    """The CPU, and the interpreter each tree runs on (and aimock's Node): a ratio between
-    servers on different runtimes moves with both (bench/README.md, "a slower machine")."""
+    """The CPU, the interpreter each tree runs on and aimock's Node: a ratio between
+    servers on different runtimes moves with each (bench/README.md, "a slower machine")."""
     cpuinfo = Path("/proc/cpuinfo")
     models = [
         line.split(":", 1)[1].strip()

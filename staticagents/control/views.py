@@ -447,14 +447,13 @@ class LastReplace:
 
     def last_body(self, body: bytes) -> bool:
         """Whether ``body`` is the last replace's (the rules may have changed since)."""
-        remembered = self._remembered
-        return remembered is not None and remembered[0] == self.digest(body)
+        return self._remembered_for(body) is not None
 
     def unchanged(self, body: bytes, stamp: str | None = None) -> ImportResult | None:
         """What replacing with ``body`` again does (nothing), or None when it must run;
         ``stamp``: the rules' stamp, when the caller read it already."""
-        remembered = self._remembered
-        if remembered is None or remembered[0] != self.digest(body):
+        remembered = self._remembered_for(body)
+        if remembered is None:
             return None
         if not remembered[1] or remembered[1] != (rules_stamp() if stamp is None else stamp):
             return None
@@ -469,6 +468,11 @@ class LastReplace:
             updated_names=(),
             deleted_names=(),
         )
+
+    def _remembered_for(self, body: bytes) -> tuple[bytes, str, ImportResult] | None:
+        """What was remembered, read once, when ``body`` is the last replace's."""
+        remembered = self._remembered
+        return remembered if remembered is not None and remembered[0] == self.digest(body) else None
 
     @staticmethod
     def digest(body: bytes) -> bytes:
