@@ -64,7 +64,9 @@ RULESET_EVENTS = {"ruleset", "available", "unavailable"}  # what a ruleset-only 
 
 def prefix() -> str:
     """The deployment's prefix of every group name (see the module doc)."""
-    db = connections[DEFAULT_DB_ALIAS].settings_dict
+    # The handler's settings, not ``connections[...]``: on the event loop each task has a
+    # context of its own, and each would make (and drop) a connection object to read them.
+    db = connections.settings[DEFAULT_DB_ALIAS]
     identity = (db.get("ENGINE"), str(db.get("NAME")), db.get("HOST"), db.get("PORT"))
     return _prefix(settings.STATIC_AGENTS_LIVE_PREFIX, repr(identity))
 
@@ -347,6 +349,15 @@ class Feed:
                 continue
             self._dispatch(message)
 
+    def announce(self, message: dict[str, Any]) -> None:
+        """Tell every loop's feed ``message`` (a control message), this one's included."""
+        if self.local_only and not self.subscribers:
+            # The in-memory layer would bring it back to this feed alone, where only open
+            # streams hear it: nothing it must keep in order with entries on their way.
+            self._dispatch(message)
+        else:
+            self.loop.create_task(self.send_to_groups({group_name("control"): message}))
+
     def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "live.entries":
@@ -430,9 +441,7 @@ def announce_ruleset(version: int) -> None:
 
 
 def _announce(message: dict[str, Any]) -> None:
-    if _on_serving_loop(
-        lambda live: live.loop.create_task(live.send_to_groups({group_name("control"): message}))
-    ):
+    if _on_serving_loop(lambda live: live.announce(message)):
         return
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):
