@@ -120,6 +120,29 @@ def test_other_journal_reads_take_the_views_path(hop: Any, query: bytes, headers
     same(*both(hop, request))
 
 
+def test_a_host_django_refuses_takes_the_views_path_whatever_it_allowed_before(
+    hop: Any, settings: Any
+) -> None:
+    request = scope("GET", "/control/journal", b"session=mine", authorization=TOKEN)
+    assert lean_response(request, b"") is not None
+    settings.ALLOWED_HOSTS = ["service.example"]
+    assert lean_response(request, b"") is None
+    lean, django = both(hop, request)
+    assert lean[0]["status"] == 400
+    same(lean, django)
+    allowed = scope(
+        "GET", "/control/journal", b"session=mine", authorization=TOKEN, host=b"service.example"
+    )
+    allowed["headers"] = allowed["headers"][1:]
+    assert lean_response(allowed, b"") is not None
+    doubled = scope(  # Django joins the two: no host it allows
+        "GET", "/control/journal", b"session=mine", authorization=TOKEN, host=b"service.example"
+    )
+    doubled["headers"][0] = (b"host", b"service.example")
+    assert lean_response(doubled, b"") is None
+    same(*both(hop, doubled))
+
+
 def test_a_script_install_is_the_views_own(hop: Any) -> None:
     entry("mine", "before the script")
     lean = hop.respond(
