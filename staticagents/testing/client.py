@@ -16,8 +16,11 @@ Every failure of the service is raised as a ``StaticAgentsError`` naming what
 went wrong; a rejected fixture is a ``FixtureRejected`` carrying the server's
 errors, each with its path in the document (``rules[0].match.querry``).
 
-The client needs only httpx: it imports nothing from Django, so it works in any
-test process, beside any other Django project.
+The client needs only urllib3 (and websockets to follow the journal): it imports
+nothing from Django, so it works in any test process, beside any other Django
+project. It speaks through urllib3's connection pool, not httpx: each kit call is
+overhead on a test, and httpx's client spent about 1 ms more on one than urllib3's
+(bench/README.md, "the ninth session").
 """
 
 from __future__ import annotations
@@ -33,15 +36,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
-from staticagents.optional import hidden_modules
+import urllib3
+
 from staticagents.testing.keys import new_session_key
-
-# httpx imports its command line's click, rich and pygments when they are installed:
-# half of its import, before the kit's service starts (bench/README.md, step 21).
-with hidden_modules("click", "rich", "pygments"):
-    import httpx
 
 SESSION_HEADER = "X-Static-Session"
 TOKEN_VARIABLE = "STATIC_AGENTS_CONTROL_TOKEN"
@@ -503,13 +503,9 @@ class StaticAgentsClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         token = token if token is not None else os.environ.get(TOKEN_VARIABLE)
-        auth = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(
-            base_url=f"{self.base_url}/control",
-            headers=auth,
-            timeout=timeout,
-            verify=_tls_context(),
-        )
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
+        self._control = f"{self.base_url}/control"
+        self._http = _pool(self.base_url, timeout)
         self._session = session or new_session_key()
         self._installs = 0
         self._scripted = False
@@ -765,11 +761,9 @@ class StaticAgentsClient:
         query = urlencode({k: v for k, v in params.items() if isinstance(v, str)})
         url = f"{self.base_url.replace('http', 'ws', 1)}/control/journal/live?{query}"
         secure = _tls_context() if url.startswith("wss:") else None
-        token = self._http.headers.get("Authorization")
-        headers = {"Authorization": token} if token else {}
         try:
             with connect(
-                url, additional_headers=headers, ssl=secure, open_timeout=timeout, max_size=None
+                url, additional_headers=self._auth, ssl=secure, open_timeout=timeout, max_size=None
             ) as socket:
                 first = json.loads(socket.recv(timeout=timeout))
                 if first.get("type") != "subscribed":
@@ -874,21 +868,41 @@ class StaticAgentsClient:
     def _session_path(key: str) -> str:
         return f"/sessions/{quote(key, safe='')}"
 
-    def _send(self, method: str, url: str, action: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, method: str, url: str, action: str, **kwargs: Any) -> _Response:
         response = self._request(method, url, **kwargs)
         _raise_for_status(response, action)
         return response
 
-    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> _Response:
+        """``url``: a path under ``/control``, or a whole URL (a page's ``next``)."""
+        if not url.startswith(("http:", "https:")):
+            url = self._control + url
+        if params:
+            url += ("&" if "?" in url else "?") + urlencode(params)
+        sent = {**self._auth, **(headers or {})}
+        if json is not None:
+            content = _json_dumps(json).encode()
+            sent["Content-Type"] = "application/json"
         try:
-            return self._http.request(method, url, **kwargs)
-        except httpx.TransportError as exc:
+            response = self._http.request(method, url, body=content, headers=sent)
+        except urllib3.exceptions.HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
             raise ServiceUnreachable(
-                f"cannot reach Static Agents at {self.base_url}: {exc or type(exc).__name__}"
+                f"cannot reach Static Agents at {self.base_url}: {reason or type(exc).__name__}"
             ) from exc
+        return _Response(response.status, response.data, response.reason or "")
 
     def close(self) -> None:
-        self._http.close()
+        self._http.clear()
 
     def __enter__(self) -> StaticAgentsClient:
         return self
@@ -923,7 +937,47 @@ def _describe_wanted(
     return ", ".join(parts) or "anything"
 
 
-def _raise_for_status(response: httpx.Response, action: str) -> None:
+_json_dumps = json.dumps  # the module's name, before a parameter's shadows it
+
+
+def _pool(base_url: str, timeout: float) -> urllib3.PoolManager:
+    """Connections to the service, kept open between calls; through the proxy the
+    environment names for its host (``HTTP_PROXY``, ``NO_PROXY``...), if any."""
+    options: dict[str, Any] = {
+        "timeout": urllib3.Timeout(connect=timeout, read=timeout),
+        # Once more on a fresh connection when a kept one was closed meanwhile; every
+        # control call may be sent again (none adds anything twice).
+        "retries": urllib3.Retry(total=1, redirect=False, raise_on_status=False),
+        "ssl_context": _tls_context(),
+    }
+    scheme, host = urlsplit(base_url).scheme, urlsplit(base_url).hostname or ""
+    proxy = getproxies().get(scheme)
+    if proxy and not proxy_bypass(host):
+        return urllib3.ProxyManager(proxy, **options)
+    return urllib3.PoolManager(**options)
+
+
+@dataclass(frozen=True)
+class _Response:
+    """A control call's response, read whole."""
+
+    status_code: int
+    content: bytes
+    reason_phrase: str
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def _raise_for_status(response: _Response, action: str) -> None:
     if response.is_success:
         return
     details = _error_details(response)
@@ -932,7 +986,7 @@ def _raise_for_status(response: httpx.Response, action: str) -> None:
     raise ControlAPIError(action, response.status_code, details)
 
 
-def _error_details(response: httpx.Response) -> list[ErrorDetail]:
+def _error_details(response: _Response) -> list[ErrorDetail]:
     """The server's ``{"errors": [...]}``; the body's text when it is not in that shape."""
     try:
         errors = response.json().get("errors")
