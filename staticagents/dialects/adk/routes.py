@@ -217,8 +217,7 @@ class RunSseRoute(RunRoute):
         if run.final is not None:
             # Due all at once, no fault (no delays scripted): recorded first (with the
             # journal entry), then the whole stream in one write, rendered in one piece.
-            await self.start_sse(watch=False)
-            await self.end_stream(
+            await self.send_stream_whole(
                 adk.sse_body_at_once(reply, run.ids, run.final, streaming=run.streaming)
             )
             return

@@ -63,8 +63,7 @@ class GalaxyStreamRoute(GalaxyRoute):
 
     async def finish(self, events: list[TimedFrame]) -> None:
         """A stream of ``events`` alone, sent at once (a turn that was never answered)."""
-        await self.start_sse(watch=False)
-        await self.end_stream(sse_frames(events))
+        await self.send_stream_whole(sse_frames(events))
 
 
 def due_at_once(reply: Reply) -> bool:

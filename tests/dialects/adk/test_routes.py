@@ -334,6 +334,16 @@ def test_run_sse_streams_partial_deltas_then_the_aggregated_event(adk: httpx.Cli
     assert {e["id"] for e in events} == {final["id"]}  # one model response, one event id
 
 
+def test_a_stream_due_at_once_is_one_response_of_known_length(adk: httpx.Client) -> None:
+    whole = adk.post("/run_sse", json=run_body("#tool weather?", streaming=True))  # no delays
+    assert whole.headers["content-length"] == str(len(whole.content))
+    assert "transfer-encoding" not in whole.headers
+    [event] = sse_events(whole)
+    assert event["content"]["parts"][0]["functionCall"]["name"] == "lookup"
+    with adk.stream("POST", "/run_sse", json=run_body("#slow", streaming=True)) as paced:
+        assert "content-length" not in paced.headers  # its events are yet to come
+
+
 def test_only_the_final_event_is_appended_to_the_session(adk: httpx.Client) -> None:
     adk.post("/run_sse", json=run_body("a few words here", session="sse", streaming=True))
     events = adk.get("/apps/router/users/u1/sessions/sse").json()["events"]
