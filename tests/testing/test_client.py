@@ -269,6 +269,23 @@ def test_requests_counters_and_reset_cover_one_session(
         assert len(other.requests()) == 1
 
 
+def test_requests_follows_the_journal_past_its_first_page(client: StaticAgentsClient) -> None:
+    from staticagents.models import JournalEntry
+
+    JournalEntry.objects.bulk_create(
+        JournalEntry(
+            session=client.session,
+            dialect="openai",
+            route="/v1/chat/completions",
+            query=f"question {n}",
+            body="{}",
+            outcome="answered",
+        )
+        for n in range(1001)  # the client asks for pages of 1,000
+    )
+    assert [r.query for r in client.requests()] == [f"question {n}" for n in range(1001)]
+
+
 def test_explain_names_the_rule_and_why_earlier_rules_did_not_match(
     client: StaticAgentsClient,
 ) -> None:
