@@ -945,9 +945,10 @@ def _pool(base_url: str, timeout: float) -> urllib3.PoolManager:
     environment names for its host (``HTTP_PROXY``, ``NO_PROXY``...), if any."""
     options: dict[str, Any] = {
         "timeout": urllib3.Timeout(connect=timeout, read=timeout),
-        # Once more on a fresh connection when a kept one was closed meanwhile; every
-        # control call may be sent again (none adds anything twice).
-        "retries": urllib3.Retry(total=1, redirect=False, raise_on_status=False),
+        # Once more on a fresh connection when a kept one was closed meanwhile (every
+        # control call may be sent again: none adds anything twice); a refused connection
+        # is the answer at once.
+        "retries": urllib3.Retry(total=1, connect=0, redirect=False, raise_on_status=False),
         "ssl_context": _tls_context(),
     }
     scheme, host = urlsplit(base_url).scheme, urlsplit(base_url).hostname or ""

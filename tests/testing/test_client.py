@@ -327,6 +327,22 @@ def test_service_errors_are_raised_as_clear_exceptions(
         nowhere.counters()
 
 
+def test_the_client_takes_the_proxy_the_environment_names_for_its_host(
+    client: StaticAgentsClient, live_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    with (
+        StaticAgentsClient(live_url, token=CONTROL_TOKEN) as proxied,
+        pytest.raises(ServiceUnreachable, match="cannot reach Static Agents at"),
+    ):
+        proxied.counters()
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with StaticAgentsClient(live_url, token=CONTROL_TOKEN) as direct:
+        assert direct.counters().requests == 0
+
+
 def test_the_token_defaults_to_the_environment(
     client: StaticAgentsClient, live_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
