@@ -619,7 +619,7 @@ class StaticAgentsClient:
         """
         document = script_document(steps, on_exhausted=on_exhausted)
         source = f"replies() with {len(steps)} step(s)"
-        response = self._request("PUT", self._session_path(self._session), json=document)
+        response = self._request("PUT", self._session_path(self._session), payload=document)
         if response.status_code == 400:
             raise FixtureRejected(source, 400, _error_details(response))
         _raise_for_status(response, f"installing {source}")
@@ -859,7 +859,7 @@ class StaticAgentsClient:
             "tool_result": tool_result,
         }
         inquiry = {key: value for key, value in given.items() if value is not None}
-        response = self._send("POST", "/explain", "explaining an inquiry", json=inquiry)
+        response = self._send("POST", "/explain", "explaining an inquiry", payload=inquiry)
         return Explanation.from_json(response.json())
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -879,25 +879,27 @@ class StaticAgentsClient:
         url: str,
         *,
         params: Mapping[str, str] | None = None,
-        json: Any = None,
+        payload: Any = None,
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> _Response:
-        """``url``: a path under ``/control``, or a whole URL (a page's ``next``)."""
+        """``url``: a path under ``/control``, or a whole URL (a page's ``next``);
+        ``payload``: sent as JSON, else ``content`` as it is."""
         if not url.startswith(("http:", "https:")):
             url = self._control + url
         if params:
             url += ("&" if "?" in url else "?") + urlencode(params)
         sent = {**self._auth, **(headers or {})}
-        if json is not None:
-            content = _json_dumps(json).encode()
+        if payload is not None:
+            content = json.dumps(payload).encode()
             sent["Content-Type"] = "application/json"
         try:
             response = self._http.request(method, url, body=content, headers=sent)
         except urllib3.exceptions.HTTPError as exc:
-            reason = getattr(exc, "reason", None) or exc
+            # MaxRetryError's reason: the error of the last attempt.
+            detail = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
             raise ServiceUnreachable(
-                f"cannot reach Static Agents at {self.base_url}: {reason or type(exc).__name__}"
+                f"cannot reach Static Agents at {self.base_url}: {detail}"
             ) from exc
         return _Response(response.status, response.data, response.reason or "")
 
@@ -937,9 +939,6 @@ def _describe_wanted(
     return ", ".join(parts) or "anything"
 
 
-_json_dumps = json.dumps  # the module's name, before a parameter's shadows it
-
-
 def _pool(base_url: str, timeout: float) -> urllib3.PoolManager:
     """Connections to the service, kept open between calls; through the proxy the
     environment names for its host (``HTTP_PROXY``, ``NO_PROXY``...), if any."""
@@ -951,9 +950,9 @@ def _pool(base_url: str, timeout: float) -> urllib3.PoolManager:
         "retries": urllib3.Retry(total=1, connect=0, redirect=False, raise_on_status=False),
         "ssl_context": _tls_context(),
     }
-    scheme, host = urlsplit(base_url).scheme, urlsplit(base_url).hostname or ""
-    proxy = getproxies().get(scheme)
-    if proxy and not proxy_bypass(host):
+    url = urlsplit(base_url)
+    proxy = getproxies().get(url.scheme)
+    if proxy and not proxy_bypass(url.hostname or ""):
         return urllib3.ProxyManager(proxy, **options)
     return urllib3.PoolManager(**options)
 
