@@ -315,28 +315,33 @@ class ReplyRoute:
     async def send_json(
         self, status: int, payload: Any, headers: Iterable[tuple[bytes, bytes]] = ()
     ) -> None:
-        await self.send_whole(status, [JSON_TYPE, *headers], orjson.dumps(payload))
-
-    async def send_whole(
-        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> None:
-        """The whole response, its length given: in one write where the server takes it so
-        (``RESPOND_WHOLE``), else as the two ASGI messages."""
-        self.observation.responds(status)
-        respond_whole = self.scope.get("extensions", NO_EXTENSIONS).get(RESPOND_WHOLE)
-        if respond_whole is not None and respond_whole(self._send, status, headers, body):
-            return
-        length = (b"content-length", b"%d" % len(body))
-        await self._send(
-            {"type": "http.response.start", "status": status, "headers": [*headers, length]}
-        )
-        await self._send({"type": "http.response.body", "body": body})
+        body, head = orjson.dumps(payload), [JSON_TYPE, *headers]
+        if not self.sent_whole(status, head, body):
+            await self.send_messages(status, head, body)
 
     async def send_stream_whole(self, body: bytes) -> None:
         """A stream whose every event is due at once, rendered whole (``body``), as one
         response of known length: the head and the events in one write."""
         self.phase = DONE
-        await self.send_whole(200, SSE_HEADERS, body)
+        if not self.sent_whole(200, SSE_HEADERS, body):
+            await self.send_messages(200, SSE_HEADERS, body)
+
+    def sent_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Send a whole response in one write, its length added, where the server takes it so
+        (``RESPOND_WHOLE``); whether it did. Not a coroutine: most replies end here."""
+        self.observation.responds(status)
+        respond_whole = self.scope.get("extensions", NO_EXTENSIONS).get(RESPOND_WHOLE)
+        return respond_whole is not None and respond_whole(self._send, status, headers, body)
+
+    async def send_messages(
+        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """A whole response as the two ASGI messages, its length added."""
+        length = (b"content-length", b"%d" % len(body))
+        await self._send(
+            {"type": "http.response.start", "status": status, "headers": [*headers, length]}
+        )
+        await self._send({"type": "http.response.body", "body": body})
 
     async def start_sse(
         self, headers: Iterable[tuple[bytes, bytes]] = (), *, watch: bool = True
