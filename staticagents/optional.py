@@ -2,7 +2,7 @@
 
 A library that imports an optional dependency when it is installed (and does
 without it when it is not) can be imported with that dependency hidden: the
-service's DRF (``serve``) and the testing kit's httpx (``testing.client``).
+service's DRF and uvicorn's reloader (``serve``).
 Only what is not imported yet is hidden, and only during the import.
 """
 

@@ -1,5 +1,5 @@
 """Random session keys, in a module of their own: the kit's server makes its control
-token with one before its client (and httpx) is imported."""
+token with one before its client (and urllib3) is imported."""
 
 from __future__ import annotations
 

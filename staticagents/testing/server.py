@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import staticagents
 from staticagents.testing.keys import new_session_key
 
-# The client (and httpx with it, 70 ms) is imported once the service is spawned, so that
+# The client (and urllib3 with it) is imported once the service is spawned, so that
 # its import runs beside the service's start rather than before it (bench/README.md, the
 # testing kit, step 22).
 if TYPE_CHECKING:
