@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from staticagents.conf import settings
 from staticagents.models import JournalEntry, Rule
+from staticagents.selectors import rule_shadows
+from staticagents.services import reorder_rules, set_rules_enabled
 
 pytestmark = pytest.mark.django_db
 
@@ -109,6 +111,38 @@ def test_a_shadowed_rule_is_marked_with_the_rule_that_shadows_it_and_disabled_on
     assert "shadowed by broad" in status["narrow"]
     assert status["flaky"] == '<span class="rule-disabled">disabled</span>'
     assert status["broad"] == status["script"] == ""
+
+
+@pytest.mark.django_db(transaction=True)  # the page's own transactions, as when served
+def test_the_status_column_follows_every_change_to_the_rules(
+    admin_client: Client, load_rules: Callable[[Any], Any]
+) -> None:
+    load_rules(MORE)
+    assert "shadowed by broad" in cells(admin_client, "status")["narrow"]
+    set_rules_enabled(names=["broad"], enabled=False)
+    assert "shadowed" not in cells(admin_client, "status")["narrow"]
+    broad = Rule.objects.get(name="broad").pk
+    admin_client.post(CHANGELIST, {"action": "enable_rules", "_selected_action": [broad]})
+    assert "shadowed by broad" in cells(admin_client, "status")["narrow"]
+    reorder_rules(names=["narrow", "broad"])
+    assert "shadowed" not in cells(admin_client, "status")["narrow"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_shadows_of_unchanged_rules_are_worked_out_once(
+    load_rules: Callable[[Any], Any],
+) -> None:
+    load_rules(MORE)
+    assert set(rule_shadows()) == {"narrow"}
+    with CaptureQueriesContext(connection) as queries:
+        assert set(rule_shadows()) == {"narrow"}
+    assert not [q for q in queries.captured_queries if '"staticagents_rule"' in q["sql"]]
+    with transaction.atomic():
+        # A change this transaction made, before any new stamp: seen all the same.
+        Rule.objects.filter(name="broad").update(enabled=False)
+        assert set(rule_shadows()) == set()
+        transaction.set_rollback(True)
+    assert set(rule_shadows()) == {"narrow"}
 
 
 def test_demo_rules_shadow_nothing(admin_client: Client, demo: None) -> None:

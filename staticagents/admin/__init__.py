@@ -8,7 +8,7 @@ service (``staticagents.services``), which bumps the ruleset version once.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -421,7 +421,7 @@ class RuleListPage:
     """Columns read from the whole ruleset and the journal: each read once per page shown."""
 
     @functools.cached_property
-    def shadows(self) -> dict[str, Shadow]:
+    def shadows(self) -> Mapping[str, Shadow]:
         return rule_shadows()
 
     @functools.cached_property
