@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import re._constants as sre  # the parser's opcodes, stable since 3.11
-import re._parser as sre_parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +38,10 @@ def required_literal(pattern: str) -> Gate | None:
     return Gate(best.lower() if folded else best, folded)
 
 
-def literal_runs(pattern: str) -> tuple[tuple[str, ...], bool] | None:
-    """Every run of literal text that each match of ``pattern`` contains, and whether the
-    pattern ignores case (then the runs are as written, not folded); None: not a regex."""
-    try:
-        parsed = sre_parse.parse(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return None
-    return tuple(_runs(parsed.data)), bool(parsed.state.flags & re.IGNORECASE)
+def literal_runs_of(parsed: Any) -> tuple[str, ...]:
+    """Every run of literal text that each match of the parsed pattern contains, as written
+    (not folded, whatever its flags)."""
+    return tuple(_runs(parsed.data))
 
 
 def _runs(items: Any) -> Any:

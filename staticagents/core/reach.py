@@ -35,7 +35,7 @@ from typing import Any
 
 import ahocorasick
 
-from staticagents.core.literals import literal_runs
+from staticagents.core.literals import literal_runs_of
 
 Match = Mapping[str, Any]
 
@@ -186,29 +186,46 @@ def _literal_required(
 # -- regex facts (cached: the same patterns recur across many pairs) ----------------------
 
 
-@functools.lru_cache(maxsize=4096)
-def _plain_literal(pattern: str) -> tuple[str, bool] | None:
-    """``(text, ignores case)`` when the pattern is nothing but literal text."""
+@dataclass(frozen=True, slots=True)
+class _RegexFacts:
+    """What the comparisons ask of a pattern, from one parse of it."""
+
+    plain: tuple[str, bool] | None  # ``(text, ignores case)`` when it is only literal text
+    everything: bool  # whether ``re.search`` finds it in every text
+    runs: tuple[str, ...]  # the literal runs every match contains, as written
+    folded: bool  # whether it ignores case (the runs are as written)
+
+
+NOT_A_REGEX = _RegexFacts(plain=None, everything=False, runs=(), folded=False)
+
+
+# One entry a pattern: a ruleset's analysis asks of each of its patterns in two passes (its
+# index, then each rule's candidates), so a cache smaller than the ruleset parses every
+# pattern twice over (bench/README.md, "The admin's rule list").
+@functools.lru_cache(maxsize=16384)
+def _facts(pattern: str) -> _RegexFacts:
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, RecursionError, OverflowError):
-        return None
-    if not parsed.data or any(op is not sre.LITERAL for op, _ in parsed.data):
-        return None
-    text = "".join(chr(arg) for _, arg in parsed.data)
+        return NOT_A_REGEX
     folded = bool(parsed.state.flags & re.IGNORECASE)
-    return None if folded and not text.isascii() else (text, folded)
+    runs = literal_runs_of(parsed)
+    plain = None
+    if parsed.data and all(op is sre.LITERAL for op, _ in parsed.data):
+        text = "".join(chr(arg) for _, arg in parsed.data)
+        plain = None if folded and not text.isascii() else (text, folded)
+    return _RegexFacts(plain=plain, everything=_optional(parsed.data), runs=runs, folded=folded)
 
 
-@functools.lru_cache(maxsize=4096)
+def _plain_literal(pattern: str) -> tuple[str, bool] | None:
+    """``(text, ignores case)`` when the pattern is nothing but literal text."""
+    return _facts(pattern).plain
+
+
 def _matches_everything(pattern: str) -> bool:
     """Whether ``re.search`` finds the pattern in every text: it can match the empty text
     without any assertion (anchor, boundary, lookaround), so it matches at position 0."""
-    try:
-        parsed = sre_parse.parse(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return False
-    return _optional(parsed.data)
+    return _facts(pattern).everything
 
 
 def _optional(items: Any) -> bool:
@@ -227,10 +244,11 @@ def _optional(items: Any) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=4096)
 def _runs_of(pattern: str | None) -> tuple[tuple[str, ...], bool]:
-    found = literal_runs(pattern) if pattern is not None else None
-    return found if found is not None else ((), False)
+    if pattern is None:
+        return (), False
+    facts = _facts(pattern)
+    return facts.runs, facts.folded
 
 
 def _case_sensitive_runs(pattern: str | None) -> tuple[str, ...]:
