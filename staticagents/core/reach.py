@@ -193,10 +193,10 @@ class _RegexFacts:
     plain: tuple[str, bool] | None  # ``(text, ignores case)`` when it is only literal text
     everything: bool  # whether ``re.search`` finds it in every text
     runs: tuple[str, ...]  # the literal runs every match contains, as written
-    folded: bool  # whether it ignores case (the runs are as written)
+    folded: bool  # whether it ignores case
 
 
-NOT_A_REGEX = _RegexFacts(plain=None, everything=False, runs=(), folded=False)
+_NOT_A_REGEX = _RegexFacts(plain=None, everything=False, runs=(), folded=False)
 
 
 # One entry a pattern: a ruleset's analysis asks of each of its patterns in two passes (its
@@ -207,7 +207,7 @@ def _facts(pattern: str) -> _RegexFacts:
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, RecursionError, OverflowError):
-        return NOT_A_REGEX
+        return _NOT_A_REGEX
     folded = bool(parsed.state.flags & re.IGNORECASE)
     runs = literal_runs_of(parsed)
     plain = None
