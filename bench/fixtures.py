@@ -37,7 +37,7 @@ def run(rules: int) -> list[dict[str, Any]]:
     from bench.matching import rule_documents
     from staticagents.document.files import dump_fixture, load_fixture
     from staticagents.selectors import export_document
-    from staticagents.services import import_fixture, set_rules_enabled
+    from staticagents.services import create_rule, import_fixture, set_rules_enabled
 
     text = yaml.safe_dump({"rules": rule_documents(rules)}, sort_keys=False)
     document, parse_s = timed(lambda: load_fixture(text, "bench.yml"))
@@ -53,6 +53,10 @@ def run(rules: int) -> list[dict[str, Any]]:
     # A curator's edit, then the list again: its rules' status is worked out anew.
     set_rules_enabled(names=["rule-1"], enabled=False)
     _, edited_s = timed(lambda: client.get("/admin/staticagents/rule/"))
+    # One rule added where it answers (the control API's and the admin's default place).
+    one = {"rules": [{"name": "added", "match": {"contains": "new"}, "response": {"content": "x"}}]}
+    added = load_fixture(yaml.safe_dump(one))["rules"][0]
+    _, add_s = timed(lambda: create_rule(document=added, place="auto"))
     size = len(text.encode())
     return [
         {
@@ -71,6 +75,7 @@ def run(rules: int) -> list[dict[str, Any]]:
         {"step": "admin rule list, first page", "seconds": round(page_s, 3)},
         {"step": "admin rule list, a search", "seconds": round(search_s, 3)},
         {"step": "admin rule list, after one rule changed", "seconds": round(edited_s, 3)},
+        {"step": f"add one rule to {rules:,}, placed where it answers", "seconds": round(add_s, 3)},
     ]
 
 

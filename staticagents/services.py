@@ -26,6 +26,7 @@ from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.terms import DocumentInvalid, FieldError
 from staticagents.models import (
+    MATCH_FIELDS,
     AgentMode,
     ControlToken,
     Defaults,
@@ -787,17 +788,18 @@ def save_rule(
 
 def _place_index(place: str, match: dict[str, Any]) -> int:
     """Where a new rule goes among the current rules, as an index (see ``PLACES``)."""
-    rules = list(Rule.objects.order_by("position", "id"))
     if place == "top":
         return 0
+    rules = Rule.objects.order_by("position", "id")
     if place == "end":
-        return len(rules)
+        return rules.count()
     if place == "auto":
-        documents = [{"enabled": r.enabled, "match": r.match_document()} for r in rules]
+        rows = rules.values("enabled", *MATCH_FIELDS)
+        documents = [{"enabled": r["enabled"], "match": Rule.match_document_of(r)} for r in rows]
         shadowing = first_shadowing(documents, match)
-        return len(rules) if shadowing is None else shadowing
+        return len(documents) if shadowing is None else shadowing
     name = place.removeprefix("before:")
-    names = [rule.name for rule in rules]
+    names = list(rules.values_list("name", flat=True))
     if place.startswith("before:") and name in names:
         return names.index(name)
     problem = f"no rule named {name!r}" if place.startswith("before:") else "unknown place"
