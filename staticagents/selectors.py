@@ -172,19 +172,17 @@ def rule_shadows() -> Mapping[str, Shadow]:
 
 
 def _analysed_shadows() -> Mapping[str, Shadow]:
+    return MappingProxyType(shadowed_rules(rule_matches()))
+
+
+def rule_matches() -> list[dict[str, Any]]:
+    """Every stored rule's name, whether it is enabled and its ``match``, in order: what
+    reachability reads of them (``core.reach``)."""
     rows = Rule.objects.order_by("position", "id").values("name", "enabled", *MATCH_FIELDS)
-    return MappingProxyType(
-        shadowed_rules(
-            [
-                {
-                    "name": row["name"],
-                    "enabled": row["enabled"],
-                    "match": Rule.match_document_of(row),
-                }
-                for row in rows
-            ]
-        )
-    )
+    return [
+        {"name": row["name"], "enabled": row["enabled"], "match": Rule.match_document_of(row)}
+        for row in rows
+    ]
 
 
 def rule_answers() -> dict[str, tuple[int, datetime]]:

@@ -26,7 +26,6 @@ from staticagents.conf import settings
 from staticagents.core.reach import first_shadowing, shadowed_rules
 from staticagents.document.terms import DocumentInvalid, FieldError
 from staticagents.models import (
-    MATCH_FIELDS,
     AgentMode,
     ControlToken,
     Defaults,
@@ -45,6 +44,7 @@ from staticagents.replying.journal import Statements, journal
 from staticagents.replying.snapshot import snapshot_stamp, take_script
 from staticagents.selectors import (
     StoredRuleset,
+    rule_matches,
     rule_shadows,
     ruleset_version,
     stored_defaults_and_fallback_rows,
@@ -794,8 +794,7 @@ def _place_index(place: str, match: dict[str, Any]) -> int:
     if place == "end":
         return rules.count()
     if place == "auto":
-        rows = rules.values("enabled", *MATCH_FIELDS)
-        documents = [{"enabled": r["enabled"], "match": Rule.match_document_of(r)} for r in rows]
+        documents = rule_matches()
         shadowing = first_shadowing(documents, match)
         return len(documents) if shadowing is None else shadowing
     name = place.removeprefix("before:")
